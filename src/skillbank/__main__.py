@@ -1,0 +1,3 @@
+from skillbank.cli import app
+
+app()

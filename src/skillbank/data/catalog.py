@@ -1,0 +1,154 @@
+"""Skill catalogs and family partitions.
+
+A *skill* is one canonical tool id (``<Source>::<family>::<snake_name>``) with typed arguments.
+A *family* is a set of skills learned together in one continual stage (one executor shard).
+A catalog is valid only when its families partition its skills: every skill in exactly one family.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from skillbank.errors import CatalogError
+from skillbank.graph import TaskGraph
+
+
+def snake_name(name: str) -> str:
+    """``"Image Search (by Image)"`` -> ``"image_search_by_image"``; ``"Text-to-Speech"`` -> ``"text_to_speech"``."""
+    s = re.sub(r"[^0-9a-zA-Z]+", "_", name.strip()).strip("_").lower()
+    return re.sub(r"_+", "_", s)
+
+
+def skill_id(source: str, family_key: str, name: str) -> str:
+    return f"{source}::{family_key}::{snake_name(name)}"
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    name: str
+    type: str = "string"
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Skill:
+    id: str
+    family: str
+    name: str
+    description: str = ""
+    arguments: tuple[ArgSpec, ...] = ()
+
+    @property
+    def argument_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.arguments)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["arguments"] = [asdict(a) for a in self.arguments]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Skill":
+        args = tuple(ArgSpec(**a) for a in d.get("arguments", ()))
+        return cls(id=d["id"], family=d["family"], name=d.get("name", d["id"]),
+                   description=d.get("description", ""), arguments=args)
+
+
+@dataclass(frozen=True)
+class Family:
+    key: str  # e.g. "t1_daily_life"; also the route label and the shard name
+    title: str  # e.g. "Daily Life"
+    skills: tuple[str, ...] = field(default_factory=tuple)
+
+
+class Catalog:
+    """Skills keyed by id plus the family partition over them."""
+
+    def __init__(self, skills: Iterable[Skill], families: Iterable[Family]):
+        self.skills: dict[str, Skill] = {}
+        for s in skills:
+            if s.id in self.skills:
+                raise CatalogError(f"skill id {s.id!r} appears twice in the catalog")
+            self.skills[s.id] = s
+        self.families: list[Family] = list(families)
+        self._family_of: dict[str, str] = {}
+        self._check_partition()
+
+    def _check_partition(self) -> None:
+        keys = [f.key for f in self.families]
+        if len(set(keys)) != len(keys):
+            raise CatalogError(f"family keys repeat: {keys}")
+        for fam in self.families:
+            for sid in fam.skills:
+                if sid not in self.skills:
+                    raise CatalogError(f"family {fam.key!r} lists unknown skill {sid!r}")
+                if sid in self._family_of:
+                    raise CatalogError(f"skill {sid!r} is in two families: {self._family_of[sid]!r} and {fam.key!r}")
+                self._family_of[sid] = fam.key
+        missing = sorted(set(self.skills) - set(self._family_of))
+        if missing:
+            raise CatalogError(f"{len(missing)} skill(s) belong to no family, e.g. {missing[:3]}")
+        for sid, skill in self.skills.items():
+            if skill.family != self._family_of[sid]:
+                raise CatalogError(f"skill {sid!r} says family {skill.family!r} but is listed under {self._family_of[sid]!r}")
+
+    # -- lookups ----------------------------------------------------------------------------
+    def family_of(self, skill: str) -> str:
+        try:
+            return self._family_of[skill]
+        except KeyError:
+            raise CatalogError(f"unknown skill {skill!r}") from None
+
+    def family(self, key: str) -> Family:
+        for f in self.families:
+            if f.key == key:
+                return f
+        raise CatalogError(f"unknown family {key!r}; known: {[f.key for f in self.families]}")
+
+    @property
+    def family_keys(self) -> list[str]:
+        return [f.key for f in self.families]
+
+    def unknown_skills(self, graph: TaskGraph) -> list[str]:
+        return sorted({t for t in graph.tasks if t not in self.skills})
+
+    def families_of_graph(self, graph: TaskGraph) -> set[str]:
+        return {self._family_of[t] for t in graph.tasks if t in self._family_of}
+
+    def subset(self, family_key: str) -> list[Skill]:
+        return [self.skills[s] for s in self.family(family_key).skills]
+
+    def __len__(self) -> int:
+        return len(self.skills)
+
+    # -- persistence ------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            "families": [{"key": f.key, "title": f.title, "skills": list(f.skills)} for f in self.families],
+            "skills": [s.to_dict() for s in self.skills.values()],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Catalog":
+        try:
+            skills = [Skill.from_dict(s) for s in d["skills"]]
+            families = [Family(f["key"], f.get("title", f["key"]), tuple(f["skills"])) for f in d["families"]]
+        except (KeyError, TypeError) as exc:
+            raise CatalogError(f"catalog is missing a field: {exc}") from None
+        return cls(skills, families)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1, ensure_ascii=False) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Catalog":
+        path = Path(path)
+        try:
+            return cls.from_dict(json.loads(path.read_text()))
+        except json.JSONDecodeError as exc:
+            raise CatalogError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+        except CatalogError as exc:
+            raise CatalogError(f"{path}: {exc}") from None

@@ -1,0 +1,104 @@
+"""The continual benchmark stream: families, task orders, per-family train/held-out splits.
+
+On disk a stream is a directory::
+
+    stream.json        name, source, seed, family keys in T1..T5 order, orders, build report
+    catalog.json       the skill catalog with its family partition (skillbank.data.catalog)
+    train/<family>.jsonl
+    test/<family>.jsonl
+
+Task orders refer to positions in the family list: O1 = [T1, T2, T3, T4, T5] and O2 = [T3, T1, T5, T2, T4].
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from skillbank.data.catalog import Catalog
+from skillbank.data.records import Record, read_records, write_records
+from skillbank.errors import StreamError
+
+FORMAT_VERSION = 1
+ORDERS = {"O1": (1, 2, 3, 4, 5), "O2": (3, 1, 5, 2, 4)}
+
+
+@dataclass
+class Stream:
+    name: str
+    catalog: Catalog
+    train: dict[str, list[Record]]
+    test: dict[str, list[Record]]
+    source: str = ""
+    seed: int = 0
+    report: dict = field(default_factory=dict)
+
+    @property
+    def family_keys(self) -> list[str]:
+        return self.catalog.family_keys
+
+    def task_label(self, key: str) -> str:
+        """``T1`` .. ``T5`` for a family key (its position in the family list)."""
+        return f"T{self.family_keys.index(key) + 1}"
+
+    def order(self, name: str) -> list[str]:
+        """Family keys in the arrival order ``O1`` or ``O2`` (or a custom comma list like ``T2,T1``)."""
+        keys = self.family_keys
+        if name in ORDERS:
+            positions = ORDERS[name]
+        else:
+            try:
+                positions = tuple(int(p.strip().lstrip("Tt")) for p in name.split(","))
+            except ValueError:
+                raise StreamError(f"unknown order {name!r}: use O1, O2 or a list like T3,T1,T2") from None
+        if len(set(positions)) != len(positions):
+            raise StreamError(f"order {name!r} repeats a task")
+        bad = [p for p in positions if not 1 <= p <= len(keys)]
+        if bad:
+            raise StreamError(f"order {name!r} names T{bad[0]}, the stream has T1..T{len(keys)}")
+        return [keys[p - 1] for p in positions]
+
+    def summary(self) -> dict:
+        return {
+            key: {"task": self.task_label(key), "title": self.catalog.family(key).title,
+                  "skills": len(self.catalog.family(key).skills),
+                  "train": len(self.train.get(key, [])), "test": len(self.test.get(key, []))}
+            for key in self.family_keys
+        }
+
+    # -- persistence ------------------------------------------------------------------------
+    def save(self, root: str | Path) -> Path:
+        root = Path(root)
+        (root / "train").mkdir(parents=True, exist_ok=True)
+        (root / "test").mkdir(parents=True, exist_ok=True)
+        self.catalog.save(root / "catalog.json")
+        for key in self.family_keys:
+            write_records(root / "train" / f"{key}.jsonl", self.train.get(key, []))
+            write_records(root / "test" / f"{key}.jsonl", self.test.get(key, []))
+        meta = {"format": FORMAT_VERSION, "name": self.name, "source": self.source, "seed": self.seed,
+                "families": self.family_keys, "orders": {k: self.order(k) for k in ORDERS},
+                "summary": self.summary(), "report": self.report}
+        (root / "stream.json").write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
+        return root
+
+    @classmethod
+    def load(cls, root: str | Path) -> "Stream":
+        root = Path(root)
+        meta_path = root / "stream.json"
+        if not meta_path.is_file():
+            raise StreamError(f"{root} is not a stream directory (no stream.json); build one with `skillbank stream build`")
+        try:
+            meta = json.loads(meta_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise StreamError(f"{meta_path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+        if meta.get("format") != FORMAT_VERSION:
+            raise StreamError(f"{meta_path}: stream format {meta.get('format')!r}, this skillbank reads {FORMAT_VERSION}")
+        catalog = Catalog.load(root / "catalog.json")
+        if meta.get("families") != catalog.family_keys:
+            raise StreamError(f"{meta_path}: families {meta.get('families')} differ from the catalog's {catalog.family_keys}")
+        train, test = {}, {}
+        for key in catalog.family_keys:
+            train[key] = read_records(root / "train" / f"{key}.jsonl", catalog, family=key).records
+            test[key] = read_records(root / "test" / f"{key}.jsonl", catalog, family=key).records
+        return cls(meta.get("name", root.name), catalog, train, test, meta.get("source", ""),
+                   meta.get("seed", 0), meta.get("report", {}))

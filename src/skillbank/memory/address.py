@@ -1,0 +1,343 @@
+"""Address Memory: routing a raw request to one executor shard, plus the shared selector interface.
+
+Every selector speaks scikit-learn: ``partial_fit(requests, labels)`` (labels are shard/family names;
+a label never seen before adds a class - families arrive one stage at a time and nothing is declared
+in advance, so a family not yet learned can never be chosen), ``predict``, ``predict_proba`` (columns in
+``classes_`` order), ``save(dir)`` and ``load(dir)``. Learned state ends in ``_``.
+
+Two selectors live here:
+
+* :class:`HashingNBAddress` - FSM's replay-free default: fixed-size hashed word n-gram counts
+  (scikit-learn's ``HashingVectorizer``) and an incremental multinomial Naive Bayes. Its state is the
+  per-class feature counts and class counts; requests are never kept.
+* :class:`TfidfLogRegAddress` - the offline reference: TF-IDF + logistic regression refitted on every
+  stage's requests so far. It *keeps the requests* (that is what makes it the non-replay-free
+  reference), so its saved state is those requests and it is refitted deterministically on load.
+
+On disk a selector is a directory: ``selector.json`` (kind, hyperparameters, classes, counts) plus an
+``.npz`` of arrays where needed - no pickles.
+"""
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import ClassVar, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.feature_extraction.text import HashingVectorizer, TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
+
+from skillbank.errors import SelectorError
+
+SELECTOR_FORMAT = 1
+_REGISTRY: dict[str, type["Selector"]] = {}
+
+
+def register(cls: type["Selector"]) -> type["Selector"]:
+    _REGISTRY[cls.kind] = cls
+    return cls
+
+
+def _check_requests(requests: Sequence[str], what: str = "requests") -> list[str]:
+    if isinstance(requests, str):
+        raise SelectorError(f"{what} must be a list of strings, got a single string")
+    reqs = list(requests)
+    for i, r in enumerate(reqs):
+        if not isinstance(r, str) or not r.strip():
+            raise SelectorError(f"{what}[{i}] is empty or not a string: {r!r}")
+    return reqs
+
+
+class Selector(ABC):
+    """Common interface of every router over a bank of shards."""
+
+    kind: ClassVar[str] = ""
+    #: True when the selector keeps no requests (statistics only).
+    replay_free: ClassVar[bool] = True
+
+    classes_: list[str]
+
+    # -- learning ----------------------------------------------------------------------------
+    @abstractmethod
+    def partial_fit(self, requests: Sequence[str], labels: Sequence[str] | str) -> "Selector":
+        """Update with one stage's requests (labels: one per request, or one label for all)."""
+
+    def fit(self, requests: Sequence[str], labels: Sequence[str] | str) -> "Selector":
+        self.reset()
+        return self.partial_fit(requests, labels)
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Forget everything learned."""
+
+    def _labels(self, requests: list[str], labels: Sequence[str] | str) -> list[str]:
+        if isinstance(labels, str):
+            labels = [labels] * len(requests)
+        labels = list(labels)
+        if len(labels) != len(requests):
+            raise SelectorError(f"got {len(requests)} requests but {len(labels)} labels")
+        for lab in labels:
+            if not isinstance(lab, str) or not lab:
+                raise SelectorError(f"labels must be non-empty strings, got {lab!r}")
+        return labels
+
+    # -- reading -----------------------------------------------------------------------------
+    @abstractmethod
+    def predict_proba(self, requests: Sequence[str]) -> np.ndarray:
+        """Routing probabilities, shape (n_requests, n_classes), columns in ``classes_`` order."""
+
+    def predict(self, requests: Sequence[str]) -> list[str]:
+        proba = self.predict_proba(requests)
+        return [self.classes_[i] for i in np.argmax(proba, axis=1)]
+
+    def _check_fitted(self) -> None:
+        if not getattr(self, "classes_", None):
+            raise SelectorError(f"{type(self).__name__} has not learned any shard yet; call partial_fit first")
+
+    # -- persistence -------------------------------------------------------------------------
+    @abstractmethod
+    def get_params(self) -> dict: ...
+
+    @abstractmethod
+    def _state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """(JSON-able state, arrays) to save."""
+
+    @abstractmethod
+    def _set_state(self, state: dict, arrays: dict[str, np.ndarray]) -> None: ...
+
+    def save(self, directory: str | Path) -> Path:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        state, arrays = self._state()
+        meta = {"format": SELECTOR_FORMAT, "kind": self.kind, "params": self.get_params(), "state": state}
+        if arrays:
+            np.savez_compressed(directory / "stats.npz", **arrays)
+        (directory / "selector.json").write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "Selector":
+        return load_selector(directory, expected=cls if cls is not Selector else None)
+
+
+def load_selector(directory: str | Path, expected: type[Selector] | None = None) -> Selector:
+    directory = Path(directory)
+    meta_path = directory / "selector.json"
+    if not meta_path.is_file():
+        raise SelectorError(f"{directory} holds no selector (missing selector.json)")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise SelectorError(f"{meta_path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if meta.get("format") != SELECTOR_FORMAT:
+        raise SelectorError(f"{meta_path}: selector format {meta.get('format')!r}, expected {SELECTOR_FORMAT}")
+    kind = meta.get("kind")
+    if kind not in _REGISTRY:
+        raise SelectorError(f"{meta_path}: unknown selector kind {kind!r}; known: {sorted(_REGISTRY)}")
+    cls = _REGISTRY[kind]
+    if expected is not None and not issubclass(cls, expected):
+        raise SelectorError(f"{meta_path}: holds a {kind!r} selector, not {expected.kind!r}")
+    sel = cls(**meta.get("params", {}))
+    arrays = {}
+    if (directory / "stats.npz").is_file():
+        with np.load(directory / "stats.npz") as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    sel._set_state(meta.get("state", {}), arrays)
+    return sel
+
+
+def make_selector(kind: str, **params) -> Selector:
+    if kind not in _REGISTRY:
+        raise SelectorError(f"unknown selector kind {kind!r}; known: {sorted(_REGISTRY)}")
+    return _REGISTRY[kind](**params)
+
+
+@register
+class HashingNBAddress(Selector):
+    """Hashed n-gram counts + incremental multinomial Naive Bayes (FSM's Address Memory).
+
+    Parameters
+    ----------
+    n_features : hashing space size (2**18 by default; the counts are stored sparsely, so the saved
+        state grows with the vocabulary seen, not with ``n_features``).
+    alpha : additive (Lidstone) smoothing. Large hashing spaces need a small alpha: with 2**20
+        features, alpha=1 adds ~10**6 pseudo-counts per class, swamping classes with a few thousand
+        real tokens, and routes everything to the family with the most tokens.
+    ngram_range : word n-grams hashed.
+    prior : "uniform" (every learned shard equally likely a priori) or "empirical" (request counts).
+
+    Why the NB is written here instead of using ``sklearn.naive_bayes.MultinomialNB``: MultinomialNB
+    needs every class declared on the first ``partial_fit`` and keeps dense (n_classes, n_features)
+    arrays. A continual Address Memory must add a class when its family arrives - never knowing
+    future families - and should store only the counts it has seen. The counting rule is the same.
+    """
+
+    kind = "hashing-nb"
+    replay_free = True
+
+    def __init__(self, n_features: int = 2**18, alpha: float = 0.01, ngram_range: tuple[int, int] | list = (1, 2),
+                 prior: str = "uniform", lowercase: bool = True):
+        if not isinstance(n_features, int) or n_features < 16:
+            raise SelectorError(f"n_features must be an integer >= 16, got {n_features!r}")
+        if not alpha > 0:
+            raise SelectorError(f"alpha must be > 0, got {alpha!r}")
+        if prior not in ("uniform", "empirical"):
+            raise SelectorError(f"prior must be 'uniform' or 'empirical', got {prior!r}")
+        lo, hi = ngram_range
+        if not 1 <= lo <= hi:
+            raise SelectorError(f"ngram_range must be (lo, hi) with 1 <= lo <= hi, got {ngram_range!r}")
+        self.n_features = n_features
+        self.alpha = float(alpha)
+        self.ngram_range = (int(lo), int(hi))
+        self.prior = prior
+        self.lowercase = lowercase
+        # alternate_sign=False: signed hashing produces negative "counts", which a multinomial NB
+        # cannot take; norm=None keeps raw counts.
+        self._vectorizer = HashingVectorizer(n_features=n_features, alternate_sign=False, norm=None,
+                                             ngram_range=self.ngram_range, lowercase=lowercase)
+        self.reset()
+
+    def reset(self) -> None:
+        self.classes_ = []
+        self.class_count_ = np.zeros(0)
+        self.feature_count_ = sp.csr_matrix((0, self.n_features))
+
+    def get_params(self) -> dict:
+        return {"n_features": self.n_features, "alpha": self.alpha, "ngram_range": list(self.ngram_range),
+                "prior": self.prior, "lowercase": self.lowercase}
+
+    def transform(self, requests: Sequence[str]) -> sp.csr_matrix:
+        return self._vectorizer.transform(_check_requests(requests))
+
+    def partial_fit(self, requests, labels) -> "HashingNBAddress":
+        reqs = _check_requests(requests)
+        if not reqs:
+            raise SelectorError("partial_fit needs at least one request")
+        labs = self._labels(reqs, labels)
+        X = self._vectorizer.transform(reqs)
+        new = [c for c in dict.fromkeys(labs) if c not in self.classes_]
+        if new:
+            self.classes_ = self.classes_ + new
+            self.class_count_ = np.concatenate([self.class_count_, np.zeros(len(new))])
+            self.feature_count_ = sp.vstack([self.feature_count_, sp.csr_matrix((len(new), self.n_features))]).tocsr()
+        index = {c: i for i, c in enumerate(self.classes_)}
+        rows = np.array([index[c] for c in labs])
+        # (n_classes, n_requests) indicator times (n_requests, n_features) counts = per-class counts
+        indicator = sp.csr_matrix((np.ones(len(rows)), (rows, np.arange(len(rows)))),
+                                  shape=(len(self.classes_), len(rows)))
+        self.feature_count_ = (self.feature_count_ + indicator @ X).tocsr()
+        self.class_count_ = self.class_count_ + np.bincount(rows, minlength=len(self.classes_))
+        return self
+
+    def joint_log_likelihood(self, requests: Sequence[str]) -> np.ndarray:
+        """Unnormalised log p(x, class), shape (n_requests, n_classes)."""
+        self._check_fitted()
+        X = self.transform(requests)
+        a, V = self.alpha, self.n_features
+        fc = self.feature_count_
+        totals = np.asarray(fc.sum(axis=1)).ravel()  # (n_classes,)
+        # log((fc + a) / (total + a V)) = log(a) + log1p(fc / a) - log(total + a V): the log1p term is
+        # zero wherever a class never saw a feature, so it stays sparse.
+        sparse_part = fc.copy()
+        sparse_part.data = np.log1p(sparse_part.data / a)
+        n_tokens = np.asarray(X.sum(axis=1)).ravel()  # (n_requests,)
+        jll = np.asarray((X @ sparse_part.T).todense())
+        jll += np.outer(n_tokens, np.log(a) - np.log(totals + a * V))
+        if self.prior == "empirical":
+            jll += np.log(self.class_count_ / self.class_count_.sum())
+        return jll
+
+    def predict_proba(self, requests) -> np.ndarray:
+        jll = self.joint_log_likelihood(requests)
+        jll -= jll.max(axis=1, keepdims=True)
+        p = np.exp(jll)
+        return p / p.sum(axis=1, keepdims=True)
+
+    def _state(self):
+        fc = self.feature_count_.tocsr()
+        state = {"classes": self.classes_, "class_count": self.class_count_.tolist()}
+        arrays = {"fc_data": fc.data, "fc_indices": fc.indices, "fc_indptr": fc.indptr}
+        return state, arrays
+
+    def _set_state(self, state, arrays):
+        self.classes_ = list(state.get("classes", []))
+        self.class_count_ = np.asarray(state.get("class_count", []), dtype=float)
+        if self.classes_:
+            self.feature_count_ = sp.csr_matrix(
+                (arrays["fc_data"], arrays["fc_indices"], arrays["fc_indptr"]),
+                shape=(len(self.classes_), self.n_features))
+        if len(self.class_count_) != len(self.classes_) or self.feature_count_.shape[0] != len(self.classes_):
+            raise SelectorError("saved Address Memory state is inconsistent (class counts vs classes)")
+
+
+@register
+class TfidfLogRegAddress(Selector):
+    """Offline reference: TF-IDF word n-grams + multinomial logistic regression on all requests so far.
+
+    Not replay-free by construction: ``partial_fit`` appends the stage's requests to the kept pool and
+    refits from scratch, so it always sees every earlier stage's requests.
+    """
+
+    kind = "tfidf-logreg"
+    replay_free = False
+
+    def __init__(self, C: float = 10.0, ngram_range: tuple[int, int] | list = (1, 2), max_iter: int = 2000,
+                 sublinear_tf: bool = True):
+        if not C > 0:
+            raise SelectorError(f"C must be > 0, got {C!r}")
+        self.C = float(C)
+        self.ngram_range = (int(ngram_range[0]), int(ngram_range[1]))
+        self.max_iter = int(max_iter)
+        self.sublinear_tf = sublinear_tf
+        self.reset()
+
+    def reset(self) -> None:
+        self.classes_ = []
+        self.requests_: list[str] = []
+        self.labels_: list[str] = []
+        self._vectorizer = None
+        self._model = None
+
+    def get_params(self) -> dict:
+        return {"C": self.C, "ngram_range": list(self.ngram_range), "max_iter": self.max_iter,
+                "sublinear_tf": self.sublinear_tf}
+
+    def partial_fit(self, requests, labels) -> "TfidfLogRegAddress":
+        reqs = _check_requests(requests)
+        if not reqs:
+            raise SelectorError("partial_fit needs at least one request")
+        labs = self._labels(reqs, labels)
+        self.requests_ += reqs
+        self.labels_ += labs
+        self._refit()
+        return self
+
+    def _refit(self) -> None:
+        self.classes_ = list(dict.fromkeys(self.labels_))
+        self._vectorizer = TfidfVectorizer(ngram_range=self.ngram_range, sublinear_tf=self.sublinear_tf)
+        X = self._vectorizer.fit_transform(self.requests_)
+        if len(self.classes_) == 1:
+            self._model = None  # one shard: nothing to choose
+            return
+        self._model = LogisticRegression(C=self.C, max_iter=self.max_iter)
+        self._model.fit(X, self.labels_)
+
+    def predict_proba(self, requests) -> np.ndarray:
+        self._check_fitted()
+        reqs = _check_requests(requests)
+        if self._model is None:
+            return np.ones((len(reqs), 1))
+        proba = self._model.predict_proba(self._vectorizer.transform(reqs))
+        order = [list(self._model.classes_).index(c) for c in self.classes_]
+        return proba[:, order]
+
+    def _state(self):
+        return {"requests": self.requests_, "labels": self.labels_}, {}
+
+    def _set_state(self, state, arrays):
+        self.requests_ = list(state.get("requests", []))
+        self.labels_ = list(state.get("labels", []))
+        if self.requests_:
+            self._refit()

@@ -1,0 +1,182 @@
+"""Metrics: per-example graph metrics, TaskBench's node/edge F1, route accuracy, the accuracy matrix, BWT.
+
+Per example (gold graph ``g``, prediction ``p`` or ``None`` when the output did not parse; an invalid
+prediction scores 0 on every metric, never raises):
+
+* **graph_em** - ``canonical(p) == canonical(g)`` (canonical form: :mod:`skillbank.graph`).
+* **tool_choice** - the ordered list of skill ids is identical.
+* **arg_f1** - F1 over the multisets of (skill, argument name, value) tuples; 1.0 when both are empty.
+* **node_set_exact** - the multiset of skill ids is identical (order ignored).
+* **arg_value_exact** - the multiset of (skill, name, value) tuples is identical.
+* **edge_exact** - the set of canonical links is identical. Not a success measure on its own: a
+  single-node gold graph has no links, so any link-free prediction is edge-exact.
+
+Aggregates are means over examples (reported as fractions; reports multiply by 100).
+
+TaskBench comparability (:func:`taskbench_f1`): TaskBench's ``evaluate.py`` reports "node micro F1
+[no matching]" and "link binary F1": per example, the *sets* of predicted and gold tool names (links:
+(source, target) pairs) are compared; true/false positives and negatives are pooled over all examples.
+A predicted tool outside the catalog is ignored by TaskBench's node F1 (it is mapped to the negative
+class), which :func:`taskbench_f1` reproduces when ``known_skills`` is given. TaskBench skips
+predictions it cannot parse; here they count as empty predictions (all gold nodes missed), which is
+stricter and documented as such.
+
+Continual metrics: ``a[t][k]`` is the EM on task ``k`` after stage ``t`` (both 1-based positions in the
+arrival order); task-macro averages weight every task equally; BWT = mean over k < T of
+``a[T][k] - a[k][k]`` (negative = forgetting).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Iterable, Sequence
+
+from skillbank.graph import TaskGraph
+
+EXAMPLE_METRICS = ("graph_em", "tool_choice", "arg_f1", "node_set_exact", "arg_value_exact", "edge_exact", "valid")
+
+
+@dataclass(frozen=True)
+class ExampleScore:
+    graph_em: float
+    tool_choice: float
+    arg_f1: float
+    node_set_exact: float
+    arg_value_exact: float
+    edge_exact: float
+    valid: float
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+INVALID = ExampleScore(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def multiset_f1(gold: Iterable, pred: Iterable) -> float:
+    """F1 between two multisets; 1.0 when both are empty, 0.0 when exactly one is."""
+    g, p = Counter(gold), Counter(pred)
+    n_g, n_p = sum(g.values()), sum(p.values())
+    if n_g == 0 and n_p == 0:
+        return 1.0
+    overlap = sum((g & p).values())
+    if overlap == 0:
+        return 0.0
+    precision, recall = overlap / n_p, overlap / n_g
+    return 2 * precision * recall / (precision + recall)
+
+
+def score_example(gold: TaskGraph, pred: TaskGraph | None) -> ExampleScore:
+    if pred is None:
+        return INVALID
+    g, p = gold.canonical(), pred.canonical()
+    g_args, p_args = g.argument_tuples(), p.argument_tuples()
+    return ExampleScore(
+        graph_em=float(g == p),
+        tool_choice=float(g.tasks == p.tasks),
+        arg_f1=multiset_f1(g_args, p_args),
+        node_set_exact=float(Counter(g.tasks) == Counter(p.tasks)),
+        arg_value_exact=float(Counter(g_args) == Counter(p_args)),
+        edge_exact=float(set(g.links) == set(p.links)),
+        valid=1.0,
+    )
+
+
+def aggregate(scores: Sequence[ExampleScore]) -> dict[str, float]:
+    """Mean of every per-example metric (fractions in [0, 1]); ``n`` is the example count."""
+    out: dict[str, float] = {"n": float(len(scores))}
+    for name in EXAMPLE_METRICS:
+        out[name] = sum(getattr(s, name) for s in scores) / len(scores) if scores else 0.0
+    return out
+
+
+def _pooled_f1(tp: int, fp: int, fn: int) -> float:
+    return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+
+
+def taskbench_f1(golds: Sequence[TaskGraph], preds: Sequence[TaskGraph | None],
+                 known_skills: set[str] | None = None) -> dict[str, float]:
+    """TaskBench's node micro F1 and link binary F1 (see module docstring)."""
+    if len(golds) != len(preds):
+        raise ValueError(f"golds and preds differ in length: {len(golds)} vs {len(preds)}")
+    n_tp = n_fp = n_fn = e_tp = e_fp = e_fn = 0
+    for gold, pred in zip(golds, preds):
+        g_nodes = set(gold.tasks)
+        p_nodes = set(pred.tasks) if pred is not None else set()
+        if known_skills is not None:
+            p_nodes &= known_skills | g_nodes
+        n_tp += len(g_nodes & p_nodes)
+        n_fp += len(p_nodes - g_nodes)
+        n_fn += len(g_nodes - p_nodes)
+        g_edges = set(gold.canonical_links())
+        p_edges = set(pred.canonical_links()) if pred is not None else set()
+        e_tp += len(g_edges & p_edges)
+        e_fp += len(p_edges - g_edges)
+        e_fn += len(g_edges - p_edges)
+    return {"node_f1": _pooled_f1(n_tp, n_fp, n_fn), "edge_f1": _pooled_f1(e_tp, e_fp, e_fn)}
+
+
+def route_accuracy(gold_labels: Sequence[str], predicted: Sequence[str]) -> float:
+    if len(gold_labels) != len(predicted):
+        raise ValueError(f"label lists differ in length: {len(gold_labels)} vs {len(predicted)}")
+    if not gold_labels:
+        return 0.0
+    return sum(g == p for g, p in zip(gold_labels, predicted)) / len(gold_labels)
+
+
+def task_macro(values: Iterable[float]) -> float:
+    vals = list(values)
+    return sum(vals) / len(vals) if vals else 0.0
+
+
+class AccuracyMatrix:
+    """``a[t][k]``: a metric on task ``k`` after stage ``t``, tasks named by their arrival order.
+
+    ``order`` lists the task keys in arrival order; ``t`` and ``k`` are 1-based positions in it.
+    Cells not yet evaluated (the upper triangle) are ``None``.
+    """
+
+    def __init__(self, order: Sequence[str]):
+        self.order = list(order)
+        n = len(self.order)
+        self.cells: list[list[float | None]] = [[None] * n for _ in range(n)]
+
+    def _k(self, task: str | int) -> int:
+        return task - 1 if isinstance(task, int) else self.order.index(task)
+
+    def set(self, stage: int, task: str | int, value: float) -> None:
+        self.cells[stage - 1][self._k(task)] = value
+
+    def get(self, stage: int, task: str | int) -> float | None:
+        return self.cells[stage - 1][self._k(task)]
+
+    @property
+    def stages_done(self) -> int:
+        return sum(1 for row in self.cells if any(v is not None for v in row))
+
+    def row(self, stage: int) -> dict[str, float]:
+        return {k: v for k, v in zip(self.order, self.cells[stage - 1]) if v is not None}
+
+    def diagonal(self) -> dict[str, float]:
+        return {k: self.cells[i][i] for i, k in enumerate(self.order) if self.cells[i][i] is not None}
+
+    def macro(self, stage: int | None = None) -> float:
+        """Task-macro mean of row ``stage`` (default: the last stage evaluated)."""
+        stage = stage or self.stages_done
+        return task_macro(self.row(stage).values())
+
+    def bwt(self, stage: int | None = None) -> float:
+        """Backward transfer after ``stage`` (default: last): mean over k < T of a[T][k] - a[k][k]."""
+        T = stage or self.stages_done
+        diffs = [self.cells[T - 1][k] - self.cells[k][k] for k in range(T - 1)
+                 if self.cells[T - 1][k] is not None and self.cells[k][k] is not None]
+        return task_macro(diffs)
+
+    def to_dict(self) -> dict:
+        return {"order": self.order, "cells": self.cells}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "AccuracyMatrix":
+        m = cls(d["order"])
+        m.cells = [list(r) for r in d["cells"]]
+        return m

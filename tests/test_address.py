@@ -1,0 +1,140 @@
+import random
+
+import numpy as np
+import pytest
+
+from skillbank.errors import SelectorError
+from skillbank.memory.address import HashingNBAddress, TfidfLogRegAddress, load_selector, make_selector
+
+WORDS = {
+    "life": "pay bill book flight hotel dinner taxi alarm email sms friend bank tax doctor".split(),
+    "speech": "transcribe audio speech voice recording translate spoken podcast accent noise".split(),
+    "vision": "image photo detect objects segment depth picture scan document chart".split(),
+}
+SHARED = "please send summary text file quickly today my the a".split()
+
+
+def corpus(seed, n=60):
+    rng = random.Random(seed)
+    out = {}
+    for fam, words in WORDS.items():
+        out[fam] = [" ".join(rng.choice(words) for _ in range(4)) + " " + " ".join(rng.choice(SHARED) for _ in range(3))
+                    for _ in range(n)]
+    return out
+
+
+def test_stagewise_partial_fit_equals_joint_fit():
+    data = corpus(0)
+    staged = HashingNBAddress()
+    for fam, reqs in data.items():
+        staged.partial_fit(reqs, fam)
+    joint = HashingNBAddress()
+    all_reqs = [r for reqs in data.values() for r in reqs]
+    all_labels = [f for f, reqs in data.items() for _ in reqs]
+    joint.fit(all_reqs, all_labels)
+    assert staged.classes_ == joint.classes_ == list(WORDS)
+    assert (staged.feature_count_ != joint.feature_count_).nnz == 0
+    np.testing.assert_array_equal(staged.class_count_, joint.class_count_)
+    test = corpus(1, 20)["speech"]
+    np.testing.assert_allclose(staged.predict_proba(test), joint.predict_proba(test))
+
+
+def test_routes_well_and_only_to_learned_families():
+    data, test = corpus(0), corpus(1, 30)
+    sel = HashingNBAddress().partial_fit(data["life"], "life")
+    # one family learned: everything goes there, never to a family it has not seen
+    assert set(sel.predict(test["vision"])) == {"life"}
+    assert sel.predict_proba(test["vision"]).shape == (30, 1)
+    sel.partial_fit(data["speech"], "speech").partial_fit(data["vision"], "vision")
+    for fam, reqs in test.items():
+        assert np.mean([p == fam for p in sel.predict(reqs)]) > 0.9
+    proba = sel.predict_proba(test["life"])
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+
+
+def test_save_load_is_exact_and_small(tmp_path):
+    data, test = corpus(0), corpus(1, 10)
+    sel = HashingNBAddress(n_features=2**20, alpha=0.05, ngram_range=(1, 1), prior="empirical")
+    for fam, reqs in data.items():
+        sel.partial_fit(reqs, fam)
+    sel.save(tmp_path / "addr")
+    size = sum(p.stat().st_size for p in (tmp_path / "addr").iterdir())
+    assert size < 50_000  # counts are stored sparsely, not as (classes x 2**20)
+    back = load_selector(tmp_path / "addr")
+    assert isinstance(back, HashingNBAddress) and back.get_params() == sel.get_params()
+    for reqs in test.values():
+        np.testing.assert_array_equal(back.predict_proba(reqs), sel.predict_proba(reqs))
+    # learning continues after a reload exactly as without one
+    more = corpus(2, 5)["speech"]
+    sel.partial_fit(more, "speech"); back.partial_fit(more, "speech")
+    np.testing.assert_array_equal(back.predict_proba(test["life"]), sel.predict_proba(test["life"]))
+
+
+def test_large_hash_space_needs_small_alpha():
+    """The documented trap: alpha=1 with 2**20 features drowns the real counts."""
+    data = corpus(0)
+    rng = random.Random(3)
+    # test requests dominated by words every family shares, as real requests are
+    test = {f: [" ".join(rng.sample(w, 2) + rng.sample(SHARED, 5)) for _ in range(30)] for f, w in WORDS.items()}
+    imbalanced = {"life": data["life"] * 5, "speech": data["speech"], "vision": data["vision"]}
+
+    def acc(alpha):
+        sel = HashingNBAddress(n_features=2**20, alpha=alpha)
+        for fam, reqs in imbalanced.items():
+            sel.partial_fit(reqs, fam)
+        return np.mean([p == f for f, reqs in test.items() for p in sel.predict(reqs)])
+
+    assert acc(0.01) > 0.9
+    assert acc(1.0) < 0.5  # most requests pulled to the family with the most tokens
+
+
+def test_offline_reference_keeps_requests_and_refits(tmp_path):
+    data, test = corpus(0), corpus(1, 20)
+    sel = TfidfLogRegAddress()
+    assert not sel.replay_free and HashingNBAddress.replay_free
+    sel.partial_fit(data["life"], "life")
+    assert sel.predict(test["speech"][:3]) == ["life"] * 3
+    for fam in ("speech", "vision"):
+        sel.partial_fit(data[fam], fam)
+    assert len(sel.requests_) == 180
+    for fam, reqs in test.items():
+        assert np.mean([p == fam for p in sel.predict(reqs)]) > 0.9
+    sel.save(tmp_path / "ref")
+    back = load_selector(tmp_path / "ref")
+    np.testing.assert_allclose(back.predict_proba(test["life"]), sel.predict_proba(test["life"]))
+
+
+@pytest.mark.parametrize("call, reason", [
+    (lambda s: s.predict(["x"]), "has not learned any shard"),
+    (lambda s: s.partial_fit([], "a"), "at least one request"),
+    (lambda s: s.partial_fit(["ok", " "], "a"), r"requests\[1\] is empty"),
+    (lambda s: s.partial_fit("one string", "a"), "single string"),
+    (lambda s: s.partial_fit(["a", "b"], ["x"]), "2 requests but 1 labels"),
+])
+def test_bad_input(call, reason):
+    with pytest.raises(SelectorError, match=reason):
+        call(HashingNBAddress())
+
+
+@pytest.mark.parametrize("params, reason", [
+    ({"alpha": 0}, "alpha must be > 0"),
+    ({"n_features": 3}, "n_features"),
+    ({"prior": "weird"}, "prior"),
+    ({"ngram_range": (2, 1)}, "ngram_range"),
+])
+def test_bad_params(params, reason):
+    with pytest.raises(SelectorError, match=reason):
+        HashingNBAddress(**params)
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(SelectorError, match="missing selector.json"):
+        load_selector(tmp_path)
+    (tmp_path / "selector.json").write_text('{"format": 1, "kind": "nope"}')
+    with pytest.raises(SelectorError, match="unknown selector kind"):
+        load_selector(tmp_path)
+    with pytest.raises(SelectorError, match="unknown selector kind"):
+        make_selector("nope")
+    HashingNBAddress().partial_fit(["a b"], "x").save(tmp_path / "nb")
+    with pytest.raises(SelectorError, match="not 'tfidf-logreg'"):
+        TfidfLogRegAddress.load(tmp_path / "nb")

@@ -1,0 +1,95 @@
+import pytest
+
+from skillbank.graph import TaskGraph
+from skillbank.metrics import (AccuracyMatrix, aggregate, multiset_f1, route_accuracy, score_example, task_macro,
+                               taskbench_f1)
+
+A, B, C = "S::f::a", "S::f::b", "S::f::c"
+
+
+def g(nodes, links=()):
+    return TaskGraph.from_dict({
+        "task_nodes": [{"task": t, "arguments": [{"name": n, "value": v} for n, v in args]} for t, args in nodes],
+        "task_links": [{"source": s, "target": t} for s, t in links]})
+
+
+GOLD = g([(A, [("x", "1"), ("y", "2")]), (B, [("z", "<node-0>")])], [(A, B)])
+
+
+def test_exact_match_scores_one_everywhere():
+    s = score_example(GOLD, g([(A, [("y", "2"), ("x", "1")]), (B, [("z", "<node-0>")])]))
+    assert s.as_dict() == {"graph_em": 1, "tool_choice": 1, "arg_f1": 1, "node_set_exact": 1,
+                           "arg_value_exact": 1, "edge_exact": 1, "valid": 1}
+
+
+def test_wrong_value_breaks_em_but_not_tool_choice():
+    s = score_example(GOLD, g([(A, [("x", "1"), ("y", "3")]), (B, [("z", "<node-0>")])]))
+    assert (s.graph_em, s.tool_choice, s.node_set_exact, s.arg_value_exact, s.edge_exact) == (0, 1, 1, 0, 1)
+    # gold tuples {(A,x,1),(A,y,2),(B,z,<node-0>)}, pred shares 2 of 3 -> P = R = 2/3
+    assert s.arg_f1 == pytest.approx(2 / 3)
+
+
+def test_swapped_order_keeps_node_set_but_not_tool_choice():
+    pred = g([(B, [("z", "q")]), (A, [("x", "1"), ("y", "2")])], [(A, B)])
+    s = score_example(GOLD, pred)
+    assert (s.graph_em, s.tool_choice, s.node_set_exact, s.edge_exact) == (0, 0, 1, 1)
+
+
+def test_missing_link_breaks_edge_exactness():
+    gold = g([(A, [("x", "1")]), (B, [("z", "2")])], [(A, B)])
+    pred = g([(A, [("x", "1")]), (B, [("z", "2")])])
+    s = score_example(gold, pred)
+    assert (s.graph_em, s.edge_exact, s.arg_value_exact) == (0, 0, 1)
+
+
+def test_invalid_prediction_is_zero_not_a_crash():
+    assert score_example(GOLD, None).as_dict() == dict.fromkeys(
+        ["graph_em", "tool_choice", "arg_f1", "node_set_exact", "arg_value_exact", "edge_exact", "valid"], 0.0)
+
+
+def test_multiset_f1_hand_computed():
+    assert multiset_f1([], []) == 1.0
+    assert multiset_f1(["a"], []) == 0.0
+    assert multiset_f1(["a", "a", "b"], ["a", "b", "b"]) == pytest.approx(2 / 3)  # overlap a,b: P=R=2/3
+    assert multiset_f1(["a", "b"], ["a"]) == pytest.approx(2 * 1 * 0.5 / 1.5)
+
+
+def test_aggregate_means():
+    scores = [score_example(GOLD, GOLD), score_example(GOLD, None)]
+    agg = aggregate(scores)
+    assert agg["n"] == 2 and agg["graph_em"] == 0.5 and agg["valid"] == 0.5
+
+
+def test_taskbench_f1_hand_computed():
+    golds = [g([(A, []), (B, [("z", "<node-0>")])]), g([(C, [])])]
+    preds = [g([(A, []), (C, [])]), None]
+    # nodes: ex1 gold {A,B} pred {A,C} -> tp1 fp1 fn1; ex2 gold {C} pred {} -> fn1. F1 = 2/(2+1+2) = 0.4
+    # edges: ex1 gold {A->B} pred {} -> fn1. F1 = 0
+    out = taskbench_f1(golds, preds)
+    assert out["node_f1"] == pytest.approx(0.4)
+    assert out["edge_f1"] == 0.0
+    # TaskBench ignores predicted tools outside the catalog
+    out = taskbench_f1(golds, preds, known_skills={A, B})
+    assert out["node_f1"] == pytest.approx(2 / (2 + 0 + 2))
+
+
+def test_route_accuracy():
+    assert route_accuracy(["a", "b", "b"], ["a", "a", "b"]) == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="differ in length"):
+        route_accuracy(["a"], [])
+
+
+def test_accuracy_matrix_macro_and_bwt_hand_computed():
+    m = AccuracyMatrix(["t3", "t1", "t2"])
+    m.set(1, "t3", 0.8)
+    m.set(2, "t3", 0.6); m.set(2, "t1", 0.5)
+    m.set(3, "t3", 0.4); m.set(3, "t1", 0.5); m.set(3, "t2", 0.9)
+    assert m.stages_done == 3
+    assert m.diagonal() == {"t3": 0.8, "t1": 0.5, "t2": 0.9}
+    assert m.macro() == pytest.approx((0.4 + 0.5 + 0.9) / 3)
+    assert m.macro(2) == pytest.approx(0.55)
+    # BWT = mean(a[3][1]-a[1][1], a[3][2]-a[2][2]) = mean(0.4-0.8, 0.5-0.5) = -0.2
+    assert m.bwt() == pytest.approx(-0.2)
+    assert m.get(1, "t1") is None
+    assert AccuracyMatrix.from_dict(m.to_dict()).cells == m.cells
+    assert task_macro([]) == 0.0

@@ -1,0 +1,105 @@
+import json
+
+import pytest
+
+from skillbank.data.catalog import ArgSpec, Catalog, Family, Skill, skill_id, snake_name
+from skillbank.data.records import Record, read_records, structure_of, write_records
+from skillbank.errors import CatalogError, RecordError, UnknownSkillError
+from skillbank.graph import TaskGraph
+
+PAY = "S::f1::pay"
+SEND = "S::f1::send"
+OTHER = "S::f2::other"
+
+
+def catalog():
+    skills = [Skill(PAY, "f1", "pay", arguments=(ArgSpec("bill"),)), Skill(SEND, "f1", "send", arguments=(ArgSpec("content"),)),
+              Skill(OTHER, "f2", "other")]
+    return Catalog(skills, [Family("f1", "F1", (PAY, SEND)), Family("f2", "F2", (OTHER,))])
+
+
+def line(rid="1", family="f1", request="pay the gas bill", nodes=((PAY, (("bill", "gas"),)),), links=()):
+    return json.dumps({"id": rid, "family": family, "request": request, "graph": {
+        "task_nodes": [{"task": t, "arguments": [{"name": n, "value": v} for n, v in a]} for t, a in nodes],
+        "task_links": [{"source": s, "target": t} for s, t in links]}})
+
+
+def write(tmp_path, *lines):
+    p = tmp_path / "stage.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_round_trip(tmp_path):
+    p = write(tmp_path, line("1"), "", line("2", request="pay gas then send it",
+                                             nodes=((PAY, (("bill", "gas"),)), (SEND, (("content", "<node-0>"),)))))
+    rs = read_records(p, catalog())
+    assert [r.id for r in rs.records] == ["1", "2"] and rs.skipped == []
+    assert rs.records[1].structure == "chain"
+    out = tmp_path / "out.jsonl"
+    write_records(out, rs.records)
+    assert read_records(out).records == rs.records
+
+
+@pytest.mark.parametrize("bad, reason", [
+    ("{not json", "malformed JSON"),
+    (line(request="   "), "empty request"),
+    (json.dumps({"id": "1", "family": "f1", "request": "x"}), "missing field 'graph'"),
+    (line(nodes=((PAY, (("bill", "<node-2>"),)),)), "does not exist"),
+    (line(nodes=((PAY, ()), (SEND, ())), links=((PAY, SEND), (SEND, PAY))), "cycle"),
+    (line(nodes=(("S::f1::nope", ()),)), "unknown skill"),
+    ('["a list"]', "expected a JSON object"),
+])
+def test_bad_lines_name_file_and_line(tmp_path, bad, reason):
+    p = write(tmp_path, line("0"), bad)
+    with pytest.raises(RecordError, match=reason) as info:
+        read_records(p, catalog())
+    assert info.value.line == 2 and info.value.path == str(p)
+    assert f"{p}:2:" in str(info.value)
+
+
+def test_unknown_skill_is_typed(tmp_path):
+    with pytest.raises(UnknownSkillError):
+        read_records(write(tmp_path, line(nodes=(("S::x::y", ()),))), catalog())
+
+
+def test_duplicate_ids_and_wrong_family(tmp_path):
+    with pytest.raises(RecordError, match="duplicate record id '1' \\(first on line 1\\)"):
+        read_records(write(tmp_path, line("1"), line("1")))
+    with pytest.raises(RecordError, match="expected 'f2'"):
+        read_records(write(tmp_path, line("1")), family="f2")
+
+
+def test_skip_mode_counts_every_bad_line(tmp_path):
+    p = write(tmp_path, line("1"), "{oops", line("2", request=""), line("3"), line("3"))
+    rs = read_records(p, catalog(), skip_invalid=True)
+    assert [r.id for r in rs.records] == ["1", "3"]
+    assert [e.line for e in rs.skipped] == [2, 3, 5]
+
+
+def test_missing_file():
+    with pytest.raises(RecordError, match="no such file"):
+        read_records("/nonexistent/x.jsonl")
+
+
+def test_structure_of():
+    def gr(nodes, links=()):
+        return TaskGraph.from_dict({"task_nodes": [{"task": t, "arguments": list(a)} for t, a in nodes],
+                                    "task_links": [{"source": s, "target": t} for s, t in links]})
+    assert structure_of(gr([(PAY, [])])) == "single"
+    assert structure_of(gr([(PAY, []), (SEND, [])], [(PAY, SEND)])) == "chain"
+    assert structure_of(gr([(PAY, []), (SEND, [])])) == "dag"  # two independent nodes
+
+
+def test_catalog_partition_checks():
+    s = [Skill("a", "f", "a"), Skill("b", "f", "b")]
+    with pytest.raises(CatalogError, match="belong to no family"):
+        Catalog(s, [Family("f", "F", ("a",))])
+    with pytest.raises(CatalogError, match="in two families"):
+        Catalog(s, [Family("f", "F", ("a", "b")), Family("g", "G", ("a",))])
+    with pytest.raises(CatalogError, match="unknown skill"):
+        Catalog(s, [Family("f", "F", ("a", "b", "c"))])
+    with pytest.raises(CatalogError, match="appears twice"):
+        Catalog(s + [Skill("a", "f", "a")], [Family("f", "F", ("a", "b"))])
+    assert snake_name("Image Search (by Image)") == "image_search_by_image"
+    assert skill_id("TaskBench", "t2_language_speech", "Text-to-Speech") == "TaskBench::t2_language_speech::text_to_speech"
