@@ -1,0 +1,1 @@
+"""Reports: markdown tables and matplotlib figures of continual-learning results."""
