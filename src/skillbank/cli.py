@@ -169,8 +169,8 @@ def run_route_eval(stream, orders, n_features=2**18, alpha=0.01):
     from skillbank.continual.routing import route_eval
     from skillbank.memory.address import HashingNBAddress, TfidfLogRegAddress
     selectors = {
-        "address (hashing+NB, replay-free)": lambda: HashingNBAddress(n_features=n_features, alpha=alpha),
-        "offline TF-IDF+LR (keeps requests)": TfidfLogRegAddress,
+        "address (hashing+NB)": lambda: HashingNBAddress(n_features=n_features, alpha=alpha),
+        "offline TF-IDF+LR": TfidfLogRegAddress,
     }
     with err.status("routing...") as status:
         return [route_eval(stream, o, selectors, progress=status.update) for o in orders]
@@ -191,6 +191,164 @@ def print_route_table(stream, result, console: Console | None = None) -> None:
             table.add_row(name if row.stage == 1 else "", f"n={row.stage}", pct(row.micro), pct(row.macro),
                           *(pct(row.per_family.get(k)) for k in stream.family_keys))
     console.print(table)
+
+
+# -- FSM: banks, learning, planning --------------------------------------------------------------
+def _train_config(config: Optional[Path], epochs: Optional[int], target_format: Optional[str]):
+    from skillbank.config import RunConfig
+    from skillbank.train.executor import TrainConfig
+    train = dict(RunConfig.from_toml(config).train) if config else {}
+    if epochs is not None:
+        train["epochs"] = epochs
+    if target_format is not None:
+        train["target_format"] = target_format
+    return TrainConfig.from_dict(train)
+
+
+@app.command()
+@friendly_errors
+def create(bank: Path = typer.Argument(..., help="Directory of the new bank."),
+           base: str = typer.Option("embedded", help="'embedded' (SmolLM2-135M-Instruct), a Hugging Face id or a local model dir."),
+           threads: Optional[int] = typer.Option(None, help="Torch CPU threads.")):
+    """Create an empty skill bank for a base model."""
+    from skillbank.memory.bank import SkillBank
+    from skillbank.model.base import BaseModelConfig
+    SkillBank.create(bank, base_config=BaseModelConfig(name=base, threads=threads))
+    err.print(f"created {bank} on base {base}")
+
+
+@app.command()
+@friendly_errors
+def learn(
+    bank: Path = typer.Argument(..., help="The bank (created on first use)."),
+    family: str = typer.Option(..., help="Name of the new skill family (becomes the shard name)."),
+    data: Path = typer.Option(..., help="Stage records (JSONL): request + gold task graph."),
+    catalog: Optional[Path] = typer.Option(None, help="catalog.json: skills of the family (default: those the records use)."),
+    config: Optional[Path] = typer.Option(None, help="TOML with a [train] section (the LoRA recipe)."),
+    epochs: Optional[int] = typer.Option(None, help="Override the number of epochs."),
+    target_format: Optional[str] = typer.Option(None, help="'json' or 'compact' training targets."),
+    base: str = typer.Option("embedded", help="Base model when the bank does not exist yet."),
+    skip_invalid: bool = typer.Option(False, help="Skip bad record lines (and report them) instead of stopping."),
+):
+    """Learn a new skill family: train a fresh LoRA on its records only, freeze it, update the Address Memory."""
+    from skillbank.data.catalog import Catalog
+    from skillbank.data.records import read_records
+    from skillbank.memory.bank import SkillBank
+    from skillbank.model.base import BaseModelConfig
+    cat = Catalog.load(catalog) if catalog else None
+    rs = read_records(data, cat, skip_invalid=skip_invalid)
+    for e in rs.skipped:
+        err.print(f"skipped {e}", highlight=False)
+    if rs.skipped:
+        err.print(f"skipped {len(rs.skipped)} bad line(s) of {data}")
+    skills = None
+    if cat is not None:
+        skills = cat.family(family).skills if family in cat.family_keys else None
+    cfg = _train_config(config, epochs, target_format)
+    sb = SkillBank.open(bank) if (bank / "bank.json").exists() else SkillBank.create(bank, base_config=BaseModelConfig(name=base))
+    entry = sb.learn(family, rs.records, cfg, skills=skills)
+    t = entry.training
+    err.print(f"learned {family}: shard {entry.dir}, {len(entry.skills)} skills, {t['examples']} examples, "
+              f"{t['wall_seconds']:.0f} s, {t['tokens_per_second']:.0f} tokens/s, final loss {t['final_loss']:.3f}")
+
+
+@app.command()
+@friendly_errors
+def plan(
+    bank: Path = typer.Argument(..., help="The bank."),
+    request: Optional[str] = typer.Argument(None, help="A raw request (or use --file)."),
+    file: Optional[Path] = typer.Option(None, "--file", help="JSONL of requests: {\"id\", \"request\"} per line."),
+    shard: Optional[str] = typer.Option(None, help="Force this shard instead of routing."),
+    max_new_tokens: int = typer.Option(768, help="Generation cap."),
+    batch_size: int = typer.Option(8, help="Requests generated together."),
+):
+    """Plan requests: route each to one shard, generate its task graph; prints one JSON object per request."""
+    from skillbank.data.records import iter_jsonl
+    from skillbank.errors import RecordError
+    from skillbank.memory.bank import SkillBank
+    if (request is None) == (file is None):
+        raise typer.BadParameter("give a request or --file, not both")
+    ids, requests = [None], [request]
+    if file is not None:
+        ids, requests = [], []
+        for lineno, obj in iter_jsonl(file):
+            if not isinstance(obj, dict) or not isinstance(obj.get("request"), str):
+                raise RecordError("each line needs a string 'request'", file, lineno)
+            ids.append(obj.get("id", lineno))
+            requests.append(obj["request"])
+    sb = SkillBank.open(bank)
+    for rid, p in zip(ids, sb.plan(requests, shard=shard, batch_size=batch_size, max_new_tokens=max_new_tokens)):
+        d = p.to_dict()
+        if rid is not None:
+            d = {"id": rid, **d}
+        print(json.dumps(d, ensure_ascii=False))
+
+
+@app.command()
+@friendly_errors
+def info(bank: Path = typer.Argument(..., help="The bank."), as_json: bool = typer.Option(False, "--json")):
+    """Show a bank's base model, shards and Address Memory (no model is loaded)."""
+    from skillbank.memory.bank import bank_info
+    data = bank_info(bank)
+    if as_json:
+        print(json.dumps(data, indent=1))
+        return
+    out.print(f"bank {data['root']} (format {data['format']}), base {data['base']['name']} "
+              f"{data['base']['digest'][:19]}..., address {data['address']['kind']}")
+    table = Table()
+    for col in ("#", "shard", "skills", "format", "examples", "train s", "created"):
+        table.add_column(col)
+    for i, sh in enumerate(data["shards"], 1):
+        table.add_row(str(i), sh["name"], str(sh["skills"]), sh["target_format"], str(sh["train_examples"]),
+                      f"{sh['train_seconds'] or 0:.0f}", sh["created"])
+    out.print(table)
+    if data["orphans"]:
+        out.print(f"leftovers of an interrupted learn (removed by the next learn): {data['orphans']}")
+
+
+def _run(config_path: Path, out_dir: Path) -> None:
+    from skillbank.config import RunConfig
+    from skillbank.continual.fsm import run_fsm
+    cfg = RunConfig.from_toml(config_path)
+    record = run_fsm(cfg, out_dir, say=lambda m: err.print(m, highlight=False))
+    print_fsm_summary(record)
+    err.print(f"results, report and heatmaps in {out_dir}/ (report.md)")
+
+
+def print_fsm_summary(record: dict) -> None:
+    labels = record["task_labels"]
+    for name, res in record["orders"].items():
+        sm = res["summary"]
+        table = Table(title=f"FSM, order {name} (percent)")
+        for col in ("task", "diagonal EM", "final EM", "Oracle EM", "tool choice", "arg F1", "route acc"):
+            table.add_column(col, justify="right")
+        diag = {k: res["fsm_em"]["cells"][i][i] for i, k in enumerate(res["order"])}
+        for k in res["order"]:
+            m = res["final"][k]
+            table.add_row(labels[k], pct(diag[k]), pct(m["graph_em"]), pct(res["final_oracle"][k]["graph_em"]),
+                          pct(m["tool_choice"]), pct(m["arg_f1"]), pct(res["route"][-1].get(k)))
+        out.print(table)
+        out.print(f"FSM macro EM {pct(sm['fsm_macro_em'])} | Oracle {pct(sm['oracle_macro_em'])} | "
+                  f"FSM/Oracle {pct(sm['fsm_over_oracle'])}% | diagonal {pct(sm['diagonal_macro_em'])} | "
+                  f"BWT {100 * sm['bwt']:+.2f} | route acc {pct(sm['route_accuracy'])}")
+    out.print(f"wall time {record['timing']['total_seconds'] / 60:.1f} min")
+
+
+@app.command()
+@friendly_errors
+def run(config: Path = typer.Option(..., help="Run configuration (TOML), e.g. configs/paper.toml."),
+        out_dir: Path = typer.Option(Path("runs/fsm"), "--out", help="Output directory.")):
+    """Run FSM over a benchmark stream: learn every family, evaluate every prefix, write a report."""
+    _run(config, out_dir)
+
+
+@app.command()
+@friendly_errors
+def demo(out_dir: Path = typer.Option(Path("runs/demo"), "--out", help="Output directory."),
+         config: Optional[Path] = typer.Option(None, help="Another config instead of the packaged demo profile.")):
+    """The main job: learn the five built-in families in order O1 with the embedded model and report."""
+    from skillbank.config import packaged_config
+    _run(config or packaged_config("demo"), out_dir)
 
 
 def main() -> None:  # pragma: no cover - console entry point

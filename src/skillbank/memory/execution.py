@@ -1,0 +1,108 @@
+"""Execution Memory: one frozen base in memory plus named, frozen LoRA executor shards.
+
+Every shard is a PEFT adapter injected into the *same* base model (``LoadedBase.add_adapter`` /
+``load_adapter``), so switching executors is ``set_adapter`` - no reload, no second copy of the base.
+Generation groups requests by shard: each shard is activated once and its requests are decoded in
+batches, then each output is parsed with the shard's own target format (``skillbank.model.serialization``).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from skillbank.errors import BankError, ModelError
+from skillbank.graph import ParseResult
+from skillbank.model.base import LoadedBase
+from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS, GenerationStats, generate_for_requests
+from skillbank.model.prompts import prompt_ids
+from skillbank.model.serialization import decode
+
+
+@dataclass(frozen=True)
+class ShardOutput:
+    """One request's generation by one shard."""
+
+    shard: str
+    text: str
+    parsed: ParseResult
+    n_tokens: int
+    mean_logprob: float
+    stopped: bool
+
+
+class ExecutionMemory:
+    """The executors of a bank. ``shards`` maps a shard name to its manifest entry (target format,
+    family prefix, system prompt), which decoding needs."""
+
+    def __init__(self, base: LoadedBase):
+        self.base = base
+        self.shards: dict = {}
+        self.stats = GenerationStats()
+
+    # -- write -------------------------------------------------------------------------------
+    def attach(self, name: str, directory: str | Path, entry) -> None:
+        """Load a saved shard frozen."""
+        try:
+            self.base.load_adapter(name, directory)
+        except ModelError as exc:
+            raise BankError(f"cannot load shard {name!r} from {directory}: {exc}") from exc
+        self.shards[name] = entry
+
+    def train_shard(self, name: str, records, cfg, *, family_prefix: str, progress: bool = True) -> dict:
+        """Train a fresh adapter ``name`` on ``records`` only; it stays in memory, frozen. Returns the summary."""
+        from skillbank.train.executor import train_executor
+        _, summary = train_executor(self.base, records, cfg, adapter_name=name, family_prefix=family_prefix,
+                                    progress=progress)
+        return summary.to_dict()
+
+    def save_shard(self, name: str, directory: str | Path) -> Path:
+        return self.base.save_adapter(name, directory)
+
+    def detach(self, name: str) -> None:
+        self.base.remove_adapter(name)
+        self.shards.pop(name, None)
+
+    # -- read --------------------------------------------------------------------------------
+    def context_limit(self) -> int:
+        cfg = self.base.model.config
+        return int(getattr(cfg, "max_position_embeddings", 0) or 0)
+
+    def check_lengths(self, requests: Sequence[str], max_new_tokens: int | None = None,
+                      system_prompt: str | None = None) -> None:
+        """Refuse a request whose prompt plus the generation budget exceeds the model's context."""
+        limit = self.context_limit()
+        if not limit:
+            return
+        budget = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+        prompts = {s.system_prompt for s in self.shards.values()} if system_prompt is None else {system_prompt}
+        longest_system = max(prompts, key=len) if prompts else ""
+        for i, r in enumerate(requests):
+            n = len(prompt_ids(self.base.tokenizer, r, longest_system))
+            if n + budget > limit:
+                raise BankError(f"request {i} is too long: {n} prompt tokens + {budget} generation tokens "
+                                f"exceed the base model's context of {limit} tokens")
+
+    def generate(self, requests: Sequence[str], shards: Sequence[str], *, batch_size: int = 8,
+                 max_new_tokens: int | None = None, progress: bool = False) -> list[ShardOutput]:
+        """Generate request ``i`` with shard ``shards[i]``; outputs in input order."""
+        if len(requests) != len(shards):
+            raise BankError(f"got {len(requests)} requests but {len(shards)} shard names")
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, name in enumerate(shards):
+            if name not in self.shards:
+                raise BankError(f"unknown shard {name!r}; loaded: {sorted(self.shards)}")
+            groups[name].append(i)
+        results: list[ShardOutput | None] = [None] * len(requests)
+        for name, idx in groups.items():
+            entry = self.shards[name]
+            model = self.base.activate(name)
+            outs = generate_for_requests(model, self.base.tokenizer, [requests[i] for i in idx],
+                                         system_prompt=entry.system_prompt, batch_size=batch_size,
+                                         max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
+                                         progress=progress, stats=self.stats)
+            for i, o in zip(idx, outs):
+                parsed = decode(o.text, entry.target_format, entry.family_prefix)
+                results[i] = ShardOutput(name, o.text, parsed, o.n_tokens, o.mean_logprob, o.stopped)
+        return results  # type: ignore[return-value]
