@@ -39,7 +39,7 @@ def friendly_errors(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except SkillbankError as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False)
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
     return wrapper
 

@@ -100,7 +100,7 @@ def iter_jsonl(path: str | Path, *, errors: str = "raise") -> Iterator[tuple[int
             if not line.strip():
                 continue
             try:
-                yield lineno, json.loads(line)
+                yield lineno, json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as exc:
                 err = RecordError(f"malformed JSON ({exc.msg} at column {exc.colno})", path, lineno)
                 if errors == "raise":
