@@ -39,7 +39,7 @@ class StreamSettings(_Strict):
     path: Optional[str] = Field(None, description="TaskBench root (source=taskbench) or stream directory (source=dir)")
     seed: int = 0
     train_per_family: int = Field(1000, ge=1)
-    test_per_family: Optional[int] = Field(300, ge=1, description="held-out requests per family; None = all")
+    test_per_family: Optional[int] = Field(None, ge=1, description="held-out requests per family; unset = all (built-in: 300)")
 
 
 class BaseSettings(_Strict):

@@ -43,3 +43,7 @@ class SelectorError(SkillbankError, ValueError):
 
 class BankError(SkillbankError):
     """A skill bank on disk is missing, incomplete, corrupted or incompatible."""
+
+
+class ModelError(SkillbankError, ValueError):
+    """A base model, tokenizer, adapter or training/generation setting is missing, invalid or incompatible."""
