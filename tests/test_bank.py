@@ -3,7 +3,6 @@ import json
 import os
 
 import pytest
-import torch
 
 from skillbank.errors import BankError, RecordError
 from skillbank.memory.bank import SkillBank, bank_info

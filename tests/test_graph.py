@@ -3,7 +3,7 @@ import json
 import pytest
 
 from skillbank.errors import GraphError
-from skillbank.graph import Argument, Link, Node, TaskGraph, canonical_value, first_json_object, parse_graph
+from skillbank.graph import Argument, Link, Node, TaskGraph, canonical_value, parse_graph
 
 A = "TaskBench::t1_daily_life::daily_bill_payment"
 B = "TaskBench::t1_daily_life::attend_meeting_online"

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from skillbank.data.catalog import ArgSpec, Catalog, Family, Skill, skill_id, snake_name
-from skillbank.data.records import Record, read_records, structure_of, write_records
+from skillbank.data.records import read_records, structure_of, write_records
 from skillbank.errors import CatalogError, RecordError, UnknownSkillError
 from skillbank.graph import TaskGraph
 
@@ -103,3 +103,13 @@ def test_catalog_partition_checks():
         Catalog(s + [Skill("a", "f", "a")], [Family("f", "F", ("a", "b"))])
     assert snake_name("Image Search (by Image)") == "image_search_by_image"
     assert skill_id("TaskBench", "t2_language_speech", "Text-to-Speech") == "TaskBench::t2_language_speech::text_to_speech"
+
+
+def test_catalog_load_errors_name_the_file(tmp_path):
+    with pytest.raises(CatalogError, match="no such file"):
+        Catalog.load(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{oops")
+    with pytest.raises(CatalogError, match="bad.json: not valid JSON"):
+        Catalog.load(tmp_path / "bad.json")
+    catalog().save(tmp_path / "ok.json")
+    assert Catalog.load(tmp_path / "ok.json").family_keys == ["f1", "f2"]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterable
 
 from skillbank.errors import CatalogError
+from skillbank.jsonfile import read_json
 from skillbank.graph import TaskGraph
 
 
@@ -146,9 +147,8 @@ class Catalog:
     @classmethod
     def load(cls, path: str | Path) -> "Catalog":
         path = Path(path)
+        data = read_json(path, CatalogError, what="catalog")
         try:
-            return cls.from_dict(json.loads(path.read_text()))
-        except json.JSONDecodeError as exc:
-            raise CatalogError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+            return cls.from_dict(data)
         except CatalogError as exc:
             raise CatalogError(f"{path}: {exc}") from None

@@ -18,6 +18,7 @@ from pathlib import Path
 from skillbank.data.catalog import Catalog
 from skillbank.data.records import Record, read_records, write_records
 from skillbank.errors import StreamError
+from skillbank.jsonfile import read_json
 
 FORMAT_VERSION = 1
 ORDERS = {"O1": (1, 2, 3, 4, 5), "O2": (3, 1, 5, 2, 4)}
@@ -85,14 +86,8 @@ class Stream:
     def load(cls, root: str | Path) -> "Stream":
         root = Path(root)
         meta_path = root / "stream.json"
-        if not meta_path.is_file():
-            raise StreamError(f"{root} is not a stream directory (no stream.json); build one with `skillbank stream build`")
-        try:
-            meta = json.loads(meta_path.read_text())
-        except json.JSONDecodeError as exc:
-            raise StreamError(f"{meta_path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
-        if meta.get("format") != FORMAT_VERSION:
-            raise StreamError(f"{meta_path}: stream format {meta.get('format')!r}, this skillbank reads {FORMAT_VERSION}")
+        meta = read_json(meta_path, StreamError, expect_format=FORMAT_VERSION, what="stream",
+                         missing=f"{root} is not a stream directory (no stream.json); build one with `skillbank stream build`")
         catalog = Catalog.load(root / "catalog.json")
         if meta.get("families") != catalog.family_keys:
             raise StreamError(f"{meta_path}: families {meta.get('families')} differ from the catalog's {catalog.family_keys}")

@@ -30,6 +30,7 @@ from sklearn.feature_extraction.text import HashingVectorizer, TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
 from skillbank.errors import SelectorError
+from skillbank.jsonfile import read_json
 
 SELECTOR_FORMAT = 1
 _REGISTRY: dict[str, type["Selector"]] = {}
@@ -125,14 +126,8 @@ class Selector(ABC):
 def load_selector(directory: str | Path, expected: type[Selector] | None = None) -> Selector:
     directory = Path(directory)
     meta_path = directory / "selector.json"
-    if not meta_path.is_file():
-        raise SelectorError(f"{directory} holds no selector (missing selector.json)")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise SelectorError(f"{meta_path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
-    if meta.get("format") != SELECTOR_FORMAT:
-        raise SelectorError(f"{meta_path}: selector format {meta.get('format')!r}, expected {SELECTOR_FORMAT}")
+    meta = read_json(meta_path, SelectorError, expect_format=SELECTOR_FORMAT, what="selector",
+                     missing=f"{directory} holds no selector (missing selector.json)")
     kind = meta.get("kind")
     if kind not in _REGISTRY:
         raise SelectorError(f"{meta_path}: unknown selector kind {kind!r}; known: {sorted(_REGISTRY)}")

@@ -30,6 +30,7 @@ import numpy as np
 
 from skillbank.data.records import Record
 from skillbank.errors import BankError, RecordError
+from skillbank.jsonfile import read_json
 from skillbank.memory.address import HashingNBAddress, Selector, load_selector, make_selector
 
 BANK_FORMAT = 1
@@ -95,16 +96,12 @@ def read_manifest(root: Path) -> Manifest:
     path = root / MANIFEST
     if not root.is_dir():
         raise BankError(f"{root} does not exist or is not a directory")
-    if not path.is_file():
-        raise BankError(f"{root} is not a skill bank (no {MANIFEST}); create one with `skillbank create`")
+    raw = read_json(path, BankError, expect_format=BANK_FORMAT, what="bank",
+                    missing=f"{root} is not a skill bank (no {MANIFEST}); create one with `skillbank create`")
     try:
-        raw = json.loads(path.read_text())
-        manifest = Manifest.from_dict(raw)
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise BankError(f"{path}: unreadable manifest ({exc})") from None
-    if manifest.format != BANK_FORMAT:
-        raise BankError(f"{path}: bank format {manifest.format!r}, this skillbank reads format {BANK_FORMAT}")
-    return manifest
+        return Manifest.from_dict(raw)
+    except (KeyError, TypeError) as exc:
+        raise BankError(f"{path}: unreadable manifest (missing or bad field {exc})") from None
 
 
 def write_manifest(root: Path, manifest: Manifest) -> None:
@@ -216,7 +213,7 @@ class SkillBank:
         owned = {s: e.name for e in self.manifest.shards for s in e.skills}
         clash = sorted(s for s in declared if s in owned)
         if clash:
-            raise RecordError(f"skill(s) already learned by another shard (families must be disjoint): "
+            raise RecordError("skill(s) already learned by another shard (families must be disjoint): "
                               + ", ".join(f"{s} (in {owned[s]})" for s in clash[:5]))
         cfg = train_config or TrainConfig()
         self._remove_orphans()
