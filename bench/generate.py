@@ -31,9 +31,10 @@ def main() -> None:
 
     bank = SkillBank.open(args.bank)
     stream = build_builtin_stream(seed=0)
-    pool = [r.request for k in bank.shard_names for r in stream.test[k][-50:]]  # outside the demo's held-out cut
-    step = max(1, len(pool) // args.requests)
-    requests = pool[::step][:args.requests]
+    # Interleave the families so the requests spread evenly over the shards; take them from the end of
+    # each held-out list, away from the demo's own evaluation cut.
+    per_family = [[r.request for r in reversed(stream.test[k])] for k in bank.shard_names]
+    requests = [per_family[i % len(per_family)][i // len(per_family)] for i in range(args.requests)]
     shards, _ = bank.route(requests)
     ex = bank.execution
     print(f"{len(requests)} requests over {len(set(shards))} shards, greedy, cap {args.max_new_tokens} tokens")
