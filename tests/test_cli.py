@@ -73,7 +73,7 @@ def test_learn_plan_info_via_cli(tmp_path, tiny_model_dir, small_stream):
     write_records(tmp_path / "stage.jsonl", small_stream.train[key])
     bank = tmp_path / "bank"
     r = invoke("learn", bank, "--family", key, "--data", tmp_path / "stage.jsonl", "--base", tiny_model_dir,
-               "--epochs", 1, "--target-format", "compact")
+               "--epochs", 1, "--recipe", "small-cpu")
     assert r.exit_code == 0, r.output
     r = invoke("info", bank, "--json")
     assert json.loads(r.stdout)["shards"][0]["name"] == key

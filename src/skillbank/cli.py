@@ -194,10 +194,14 @@ def print_route_table(stream, result, console: Console | None = None) -> None:
 
 
 # -- FSM: banks, learning, planning --------------------------------------------------------------
-def _train_config(config: Optional[Path], epochs: Optional[int], target_format: Optional[str]):
+def _train_config(config: Optional[Path], epochs: Optional[int], target_format: Optional[str], recipe: str = "paper"):
     from skillbank.config import RunConfig
     from skillbank.train.executor import TrainConfig
-    train = dict(RunConfig.from_toml(config).train) if config else {}
+    if recipe not in ("paper", "small-cpu"):
+        raise typer.BadParameter(f"--recipe must be 'paper' or 'small-cpu', got {recipe!r}")
+    train = TrainConfig.for_small_cpu().to_dict() if recipe == "small-cpu" else {}
+    if config:
+        train.update(RunConfig.from_toml(config).train)
     if epochs is not None:
         train["epochs"] = epochs
     if target_format is not None:
@@ -227,6 +231,8 @@ def learn(
     config: Optional[Path] = typer.Option(None, help="TOML with a [train] section (the LoRA recipe)."),
     epochs: Optional[int] = typer.Option(None, help="Override the number of epochs."),
     target_format: Optional[str] = typer.Option(None, help="'json' or 'compact' training targets."),
+    recipe: str = typer.Option("paper", help="'paper' (r16, lr 4e-4, 6 epochs, JSON targets) or 'small-cpu' "
+                               "(compact targets, lr 2e-3, 3 epochs: what a ~135M base on a CPU needs)."),
     base: str = typer.Option("embedded", help="Base model when the bank does not exist yet."),
     skip_invalid: bool = typer.Option(False, help="Skip bad record lines (and report them) instead of stopping."),
 ):
@@ -244,7 +250,7 @@ def learn(
     skills = None
     if cat is not None:
         skills = cat.family(family).skills if family in cat.family_keys else None
-    cfg = _train_config(config, epochs, target_format)
+    cfg = _train_config(config, epochs, target_format, recipe)
     sb = SkillBank.open(bank) if (bank / "bank.json").exists() else SkillBank.create(bank, base_config=BaseModelConfig(name=base))
     entry = sb.learn(family, rs.records, cfg, skills=skills)
     t = entry.training
