@@ -152,12 +152,13 @@ def route_eval_cmd(
     orders: List[str] = typer.Option(["O1"], "--order", help="Task order(s): O1, O2 or e.g. T2,T1,T3."),
     n_features: int = typer.Option(2**18, help="Hashing space of the Address Memory."),
     alpha: float = typer.Option(0.01, help="Naive Bayes smoothing of the Address Memory."),
+    prior: str = typer.Option("uniform", help="Address Memory class prior: 'uniform' or 'empirical'."),
     as_json: bool = typer.Option(False, "--json", help="Print results as JSON."),
 ):
     """Route accuracy after every prefix: replay-free Address Memory vs the offline TF-IDF+LR reference."""
     from skillbank.data.stream import Stream
     stream = Stream.load(stream_dir)
-    results = run_route_eval(stream, orders, n_features, alpha)
+    results = run_route_eval(stream, orders, n_features, alpha, prior)
     if as_json:
         print(json.dumps([r.to_dict() for r in results], indent=1))
     else:
@@ -165,11 +166,11 @@ def route_eval_cmd(
             print_route_table(stream, r)
 
 
-def run_route_eval(stream, orders, n_features=2**18, alpha=0.01):
+def run_route_eval(stream, orders, n_features=2**18, alpha=0.01, prior="uniform"):
     from skillbank.continual.routing import route_eval
     from skillbank.memory.address import HashingNBAddress, TfidfLogRegAddress
     selectors = {
-        "address (hashing+NB)": lambda: HashingNBAddress(n_features=n_features, alpha=alpha),
+        "address (hashing+NB)": lambda: HashingNBAddress(n_features=n_features, alpha=alpha, prior=prior),
         "offline TF-IDF+LR": TfidfLogRegAddress,
     }
     with err.status("routing...") as status:
