@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from skillbank.config import RunConfig
+from skillbank.config import ConfigError, RunConfig
 from skillbank.data.records import Record
 from skillbank.data.stream import Stream
 from skillbank.memory.address import make_selector
@@ -39,13 +39,15 @@ def build_run_stream(cfg: RunConfig) -> Stream:
     if s.source == "taskbench":
         from skillbank.data.taskbench import load_taskbench
         if not s.path:
-            raise ValueError("stream.source = 'taskbench' needs stream.path (the TaskBench folder)")
+            raise ConfigError("[stream] source = 'taskbench' needs path = the TaskBench folder")
         return load_taskbench(s.path, seed=s.seed, train_per_family=s.train_per_family,
                               test_per_family=s.test_per_family)
     if s.source == "taskbench-hub":
         from skillbank.data.taskbench import load_taskbench_hub
         return load_taskbench_hub(seed=s.seed, train_per_family=s.train_per_family,
                                   test_per_family=s.test_per_family)
+    if not s.path:
+        raise ConfigError("[stream] source = 'dir' needs path = a stream directory (skillbank stream build)")
     stream = Stream.load(s.path)
     for key in stream.family_keys:
         stream.train[key] = stream.train[key][:s.train_per_family]
@@ -139,15 +141,16 @@ def evaluate_order(stream: Stream, order_name: str, cfg: RunConfig, cache: Outpu
             if t == len(order):
                 res.final[k], res.final_oracle[k] = m, mo
         res.route.append(route_row)
+        if t == len(order):  # per-request record of the final prefix (every family, final Address)
+            for r, shard, o, oo in zip(tests, routed, outs, oracle_outs):
+                predictions.append({"order": order_name, "id": r.id, "family": r.family, "shard": shard,
+                                    "output": o.text, "em": score_example(r.graph, o.parsed.graph).graph_em,
+                                    "error": o.parsed.error, "oracle_output": oo.text,
+                                    "oracle_em": score_example(r.graph, oo.parsed.graph).graph_em})
         if say:
             say(f"{order_name} stage {t}/{len(order)} ({stream.task_label(family)}): FSM macro EM "
                 f"{100 * res.fsm.macro(t):.1f}, Oracle {100 * res.oracle.macro(t):.1f}, "
                 f"route {100 * res.route_micro[-1]:.1f}")
-    for r, shard, o, oo in zip(tests, routed, outs, oracle_outs):
-        predictions.append({"order": order_name, "id": r.id, "family": r.family, "shard": shard,
-                            "output": o.text, "em": score_example(r.graph, o.parsed.graph).graph_em,
-                            "error": o.parsed.error, "oracle_output": oo.text,
-                            "oracle_em": score_example(r.graph, oo.parsed.graph).graph_em})
     return res, predictions
 
 

@@ -27,8 +27,7 @@ def matrix_heatmap(matrix: AccuracyMatrix, labels: Sequence[str], path: str | Pa
             if v is not None:
                 data[t, k] = 100 * v
     fig, ax = plt.subplots(figsize=(1.3 * n + 2.2, 1.1 * n + 1.6), dpi=120)
-    cmap = matplotlib.colormaps["viridis"].copy()
-    cmap.set_bad("#eeeeee")
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#eeeeee")
     im = ax.imshow(np.ma.masked_invalid(data), cmap=cmap, vmin=0, vmax=100)
     for t in range(n):
         for k in range(n):
