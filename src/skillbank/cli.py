@@ -274,7 +274,7 @@ def plan(
     from skillbank.errors import RecordError
     from skillbank.memory.bank import SkillBank
     if (request is None) == (file is None):
-        raise typer.BadParameter("give a request or --file, not both")
+        raise typer.BadParameter("give exactly one of: a request argument, or --file")
     ids, requests = [None], [request]
     if file is not None:
         ids, requests = [], []

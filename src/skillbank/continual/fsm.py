@@ -126,8 +126,9 @@ def evaluate_order(stream: Stream, order_name: str, cfg: RunConfig, cache: Outpu
         seen = order[:t]
         tests = [r for k in seen for r in stream.test[k]]
         routed = address.predict([r.request for r in tests])
-        outs = cache.get(list(zip(routed, (r.request for r in tests))), say)
-        oracle_outs = cache.get([(r.family, r.request) for r in tests], say)
+        # One cache call for both conditions, so the missing pairs of each shard share batches.
+        both = cache.get([(s, r.request) for s, r in zip(routed, tests)] + [(r.family, r.request) for r in tests], say)
+        outs, oracle_outs = both[:len(tests)], both[len(tests):]
         res.route_micro.append(route_accuracy([r.family for r in tests], routed))
         route_row = {}
         for k in seen:
