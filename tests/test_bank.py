@@ -57,7 +57,11 @@ def test_learn_plan_reopen_cycle(tmp_path, base, tiny_model_dir, small_stream):
 def test_bank_keeps_no_training_records(tmp_path, base, small_stream):
     k1 = small_stream.family_keys[0]
     bank = SkillBank.create(tmp_path / "bank", base=base)
-    learn(bank, small_stream, k1)
+    entry = bank.learn(k1, small_stream.train[k1], CFG, catalog=small_stream.catalog, progress=False)
+    # the shard keeps its family's catalog (ids and specs) - the skills, not the requests
+    stored = json.loads((tmp_path / "bank" / entry.dir / "skills.json").read_text())
+    assert stored["skills"] == sorted(small_stream.catalog.family(k1).skills)
+    assert {s["id"] for s in stored["specs"]} == set(stored["skills"]) and all("arguments" in s for s in stored["specs"])
     blob = b"".join(p.read_bytes() for p in (tmp_path / "bank").rglob("*") if p.is_file())
     for rec in small_stream.train[k1]:
         assert rec.request.encode() not in blob

@@ -248,12 +248,9 @@ def learn(
         err.print(f"skipped {e}", highlight=False)
     if rs.skipped:
         err.print(f"skipped {len(rs.skipped)} bad line(s) of {data}")
-    skills = None
-    if cat is not None:
-        skills = cat.family(family).skills if family in cat.family_keys else None
     cfg = _train_config(config, epochs, target_format, recipe)
     sb = SkillBank.open(bank) if (bank / "bank.json").exists() else SkillBank.create(bank, base_config=BaseModelConfig(name=base))
-    entry = sb.learn(family, rs.records, cfg, skills=skills)
+    entry = sb.learn(family, rs.records, cfg, catalog=cat)
     t = entry.training
     err.print(f"learned {family}: shard {entry.dir}, {len(entry.skills)} skills, {t['examples']} examples, "
               f"{t['wall_seconds']:.0f} s, {t['tokens_per_second']:.0f} tokens/s, final loss {t['final_loss']:.3f}")

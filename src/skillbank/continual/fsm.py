@@ -186,7 +186,7 @@ def run_fsm(cfg: RunConfig, out_dir: str | Path, *, say: Say | None = None, prog
     for family in first_order:
         if say:
             say(f"learning {stream.task_label(family)} {family}: {len(stream.train[family])} requests")
-        entry = bank.learn(family, stream.train[family], train_cfg, skills=stream.catalog.family(family).skills,
+        entry = bank.learn(family, stream.train[family], train_cfg, catalog=stream.catalog,
                            progress=progress)
         s = entry.training
         training[family] = {k: s[k] for k in ("examples", "epochs", "steps", "total_tokens", "target_tokens",

@@ -6,7 +6,7 @@ Layout (DESIGN.md)::
       bank.json                  manifest: format, base model id + digest, shards in order, address state dir
       address/0003/              Address Memory state after 3 shards (statistics only)
       shards/0001-<family>/      PEFT adapter dir (adapter_config.json + adapter_model.safetensors),
-                                 skills.json (the family's skills), training.json (summary, no records)
+                                 skills.json (the family's skill ids and, when a catalog was given, their specs), training.json (summary, no records)
 
 Write-once and crash-safe: ``learn`` trains the new shard, writes it and the new Address state under
 names the manifest does not reference yet, then publishes them by atomically replacing ``bank.json``
@@ -192,8 +192,12 @@ class SkillBank:
 
     # -- write -------------------------------------------------------------------------------
     def learn(self, family: str, records: Sequence[Record], train_config=None, *, skills: Sequence[str] | None = None,
-              progress: bool = True) -> ShardEntry:
+              catalog=None, progress: bool = True) -> ShardEntry:
         """Train a fresh LoRA on ``records`` only, freeze it, append it, update the Address Memory.
+
+        skills: the family's skill ids (default: the family of that name in ``catalog``, else the ids the
+            records use). catalog: a :class:`~skillbank.data.catalog.Catalog`; when given, the shard stores
+            the full specs (description, typed arguments) of its skills next to the adapter.
 
         The records are used for this call only: the bank keeps the adapter weights, the family's skill
         list and a training summary - never the requests or graphs.
@@ -206,6 +210,8 @@ class SkillBank:
         if not records:
             raise RecordError(f"no training records for family {family!r}")
         used = sorted({t for r in records for t in r.graph.tasks})
+        if skills is None and catalog is not None and family in catalog.family_keys:
+            skills = catalog.family(family).skills
         declared = sorted(set(skills)) if skills is not None else used
         undeclared = sorted(set(used) - set(declared))
         if undeclared:
@@ -227,7 +233,9 @@ class SkillBank:
         try:
             summary = self.execution.train_shard(family, records, cfg, family_prefix=prefix, progress=progress)
             self.execution.save_shard(family, staging)
-            (staging / "skills.json").write_text(json.dumps({"family": family, "skills": declared}, indent=1) + "\n")
+            specs = [catalog.skills[s].to_dict() for s in declared if s in catalog.skills] if catalog else []
+            (staging / "skills.json").write_text(
+                json.dumps({"family": family, "skills": declared, "specs": specs}, indent=1, ensure_ascii=False) + "\n")
             (staging / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
             digests = dir_digests(staging)
             os.replace(staging, self.root / shard_rel)
