@@ -65,10 +65,10 @@ from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Mapping
 
 from skillbank.data.catalog import ArgSpec, Catalog, Family, Skill, skill_id
-from skillbank.data.records import Record, structure_of
+from skillbank.data.records import Record, iter_jsonl, structure_of
 from skillbank.data.stream import Stream
 from skillbank.errors import CatalogError, GraphError, RecordError, StreamError
 from skillbank.graph import NODE_REF, Argument, Link, Node, TaskGraph, canonical_value
@@ -482,17 +482,6 @@ def build_stream(tool_descs: Mapping[str, list[dict]], rows: Mapping[str, tuple[
     return Stream("taskbench", catalog, train, test, source=source, seed=seed, report=report)
 
 
-def _read_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    """(line number, decoded object or RecordError) for each non-blank line of a JSON Lines file."""
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if line.strip():
-                try:
-                    yield lineno, json.loads(line)
-                except json.JSONDecodeError as exc:
-                    yield lineno, RecordError(f"malformed JSON ({exc.msg} at column {exc.colno})", path, lineno)
-
-
 def _first_file(root: Path, candidates: list[str], what: str) -> Path:
     for rel in candidates:
         if (root / rel).is_file():
@@ -518,7 +507,7 @@ def load_taskbench(root: str | Path, *, seed: int = 0, train_per_family: int = 1
         descs[domain] = read_tool_desc(_tool_desc_path(root, domain))
         data = _first_file(root, [f"data_{domain}/data.json", f"{domain}/data.json", f"sample/{domain}.jsonl"],
                            f"{domain} gold records")
-        rows[domain] = (str(data), _read_rows(data))
+        rows[domain] = (str(data), iter_jsonl(data, errors="yield"))
     return build_stream(descs, rows, source=str(root), seed=seed, train_per_family=train_per_family,
                         test_per_family=test_per_family, families=family_partition(families))
 
