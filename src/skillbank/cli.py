@@ -310,40 +310,70 @@ def info(bank: Path = typer.Argument(..., help="The bank."), as_json: bool = typ
         out.print(f"leftovers of an interrupted learn (removed by the next learn): {data['orphans']}")
 
 
-def _run(config_path: Path, out_dir: Path) -> None:
+def _run(config_path: Path, out_dir: Path, methods: list[str] | None = None, orders: list[str] | None = None,
+         restart: bool = False, parallel_stages: int | None = None) -> None:
     from skillbank.config import RunConfig
-    from skillbank.continual.fsm import run_fsm
+    from skillbank.continual.runner import run as run_all
     cfg = RunConfig.from_toml(config_path)
-    record = run_fsm(cfg, out_dir, say=lambda m: err.print(m, highlight=False))
-    print_fsm_summary(record)
-    err.print(f"results, report and heatmaps in {out_dir}/ (report.md)")
+    update: dict = {}
+    if methods:
+        update["methods"] = methods
+        update["method_params"] = {k: v for k, v in cfg.method_params.items() if k in methods}
+    if orders:
+        update["eval"] = cfg.eval.model_copy(update={"orders": orders})
+    if parallel_stages:
+        update["runner"] = cfg.runner.model_copy(update={"parallel_stages": parallel_stages})
+    if update:
+        cfg = RunConfig.from_dict({**cfg.model_dump(), **{k: (v.model_dump() if hasattr(v, "model_dump") else v)
+                                                           for k, v in update.items()}}, where=str(config_path))
+    record = run_all(cfg, out_dir, say=lambda m: err.print(m, highlight=False), restart=restart)
+    print_run_summary(record)
+    err.print(f"results and report in {out_dir}/ (report.md, report.html)")
 
 
-def print_fsm_summary(record: dict) -> None:
+def print_run_summary(record: dict) -> None:
+    from skillbank.report.run_report import VARIANT_TITLES
     labels = record["task_labels"]
-    for name, res in record["orders"].items():
-        sm = res["summary"]
-        table = Table(title=f"FSM, order {name} (percent)")
-        for col in ("task", "diagonal EM", "final EM", "Oracle EM", "tool choice", "arg F1", "route acc"):
+    keys = sorted(labels, key=lambda k: labels[k])
+    orders = sorted({o for m in record["methods"].values() for o in m})
+    for order in orders:
+        table = Table(title=f"order {order}: graph EM after the last stage (percent)")
+        for col in ["method", "tool", "arg F1"] + [labels[k] for k in keys] + ["macro", "BWT"]:
             table.add_column(col, justify="right")
-        diag = {k: res["fsm_em"]["cells"][i][i] for i, k in enumerate(res["order"])}
-        for k in res["order"]:
-            m = res["final"][k]
-            table.add_row(labels[k], pct(diag[k]), pct(m["graph_em"]), pct(res["final_oracle"][k]["graph_em"]),
-                          pct(m["tool_choice"]), pct(m["arg_f1"]), pct(res["route"][-1].get(k)))
+        for method, per_order in record["methods"].items():
+            if order not in per_order:
+                continue
+            for v, vr in per_order[order]["variants"].items():
+                s = vr["summary"]
+                table.add_row(VARIANT_TITLES.get(v, v), pct(s["tool_choice"]), pct(s["arg_f1"]),
+                              *[pct(s["final_em"].get(k)) for k in keys], pct(s["macro_em"]), f"{100 * s['bwt']:+.1f}")
         out.print(table)
-        out.print(f"FSM macro EM {pct(sm['fsm_macro_em'])} | Oracle {pct(sm['oracle_macro_em'])} | "
-                  f"FSM/Oracle {pct(sm['fsm_over_oracle'])}% | diagonal {pct(sm['diagonal_macro_em'])} | "
-                  f"BWT {100 * sm['bwt']:+.2f} | route acc {pct(sm['route_accuracy'])}")
-    out.print(f"wall time {record['timing']['total_seconds'] / 60:.1f} min")
+    out.print(f"wall time {record['timing']['wall_seconds'] / 60:.1f} min")
 
 
 @app.command()
 @friendly_errors
-def run(config: Path = typer.Option(..., help="Run configuration (TOML), e.g. configs/paper.toml."),
-        out_dir: Path = typer.Option(Path("runs/fsm"), "--out", help="Output directory.")):
-    """Run FSM over a benchmark stream: learn every family, evaluate every prefix, write a report."""
-    _run(config, out_dir)
+def run(config: Path = typer.Option(..., help="Run configuration (TOML), e.g. configs/compare.toml."),
+        out_dir: Path = typer.Option(Path("runs/run"), "--out", help="Output directory (resumed if it exists)."),
+        method: Optional[list[str]] = typer.Option(None, "--method", help="Run only these methods (repeatable)."),
+        order: Optional[list[str]] = typer.Option(None, "--order", help="Run only these orders (repeatable)."),
+        restart: bool = typer.Option(False, help="Discard what the output directory holds and start over."),
+        parallel_stages: Optional[int] = typer.Option(None, help="FSM: train this many stages in parallel processes.")):
+    """Train methods over a benchmark stream, evaluate every prefix, write results and a report.
+
+    An interrupted run continues from its last finished stage when rerun with the same --out. Under
+    `accelerate launch -m skillbank run ...` training uses every process's GPU."""
+    _run(config, out_dir, method, order, restart, parallel_stages)
+
+
+@app.command()
+@friendly_errors
+def report(run_dirs: list[Path] = typer.Argument(..., help="One or more run directories (with results.json)."),
+           out_dir: Optional[Path] = typer.Option(None, "--out", help="Where to write report.md/html (default: the first run).")):
+    """Render the comparison report (markdown + self-contained HTML + PNG figures) of finished runs."""
+    from skillbank.report.run_report import write_report
+    md = write_report(run_dirs, out_dir)
+    err.print(f"wrote {md} and {md.with_suffix('.html')}")
 
 
 @app.command()

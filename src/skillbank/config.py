@@ -1,5 +1,8 @@
 """Typed run configuration: one TOML file feeds the Python API, the CLI and the saved run record.
 
+    methods    the methods to compare (skillbank.continual.methods.METHODS), default ["fsm"]
+    [method_params.<name>]  a method's own hyperparameters (LwF temperature, EWC lambda, ...)
+    [runner]   parallel FSM stages, whether to keep every stage's state
     [stream]   which benchmark stream and how much of it (source, path, seed, sizes)
     [base]     the frozen base model (skillbank.model.base.BaseModelConfig)
     [train]    one executor's LoRA recipe (skillbank.train.executor.TrainConfig)
@@ -47,6 +50,7 @@ class BaseSettings(_Strict):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     threads: Optional[int] = Field(None, ge=1)
     cache_dir: Optional[str] = None
+    device: str = Field("auto", description="auto (CUDA when available), cpu, cuda or cuda:N")
 
 
 class AddressSettings(_Strict):
@@ -67,8 +71,17 @@ class EvalSettings(_Strict):
         return v
 
 
+class RunnerSettings(_Strict):
+    parallel_stages: int = Field(1, ge=1, description="FSM: train this many stages at once in worker processes "
+                                                       "(its executors are independent given their data)")
+    keep_states: bool = Field(False, description="keep every stage's method state (adapters) instead of the last")
+
+
 class RunConfig(_Strict):
     name: str = "fsm"
+    methods: list[str] = Field(default_factory=lambda: ["fsm"], description="methods to run, in this order")
+    method_params: dict[str, dict] = Field(default_factory=dict, description="per-method hyperparameters")
+    runner: RunnerSettings = Field(default_factory=RunnerSettings)
     stream: StreamSettings = Field(default_factory=StreamSettings)
     base: BaseSettings = Field(default_factory=BaseSettings)
     train: dict = Field(default_factory=dict, description="TrainConfig fields; unset ones keep their defaults")
@@ -83,10 +96,22 @@ class RunConfig(_Strict):
         from skillbank.train.executor import TrainConfig
         return TrainConfig.from_dict(self.train)
 
+    def method_params_for(self, name: str):
+        """The typed hyperparameters of method ``name`` (defaults filled in)."""
+        from skillbank.continual.methods import method_class
+        cls = method_class(name)
+        try:
+            return cls.Params.model_validate(self.method_params.get(name, {}))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(p) for p in first["loc"])
+            raise ConfigError(f"[method_params.{name}] {loc}: {first['msg']} (got {first.get('input')!r})") from None
+
     def resolved(self) -> dict:
-        """Everything, with the training recipe's defaults filled in (what gets saved next to results)."""
+        """Everything, with the training recipe's and methods' defaults filled in (saved next to results)."""
         d = self.model_dump()
         d["train"] = self.train_config().to_dict()
+        d["method_params"] = {m: self.method_params_for(m).model_dump() for m in self.methods}
         return d
 
     def save(self, directory: str | Path) -> Path:
@@ -110,10 +135,19 @@ class RunConfig(_Strict):
         try:
             cfg = cls.model_validate(raw)
             cfg.train_config()  # validate the recipe now, not an hour into a run
+            for name in cfg.methods:
+                cfg.method_params_for(name)
+            stray = sorted(set(cfg.method_params) - set(cfg.methods))
+            if stray:
+                raise ConfigError(f"[method_params] names method(s) {stray} that are not in methods = {cfg.methods}")
+            if len(set(cfg.methods)) != len(cfg.methods):
+                raise ConfigError(f"methods lists a method twice: {cfg.methods}")
         except ValidationError as exc:
             first = exc.errors()[0]
             loc = ".".join(str(p) for p in first["loc"])
             raise ConfigError(f"{where}: {loc}: {first['msg']} (got {first.get('input')!r})") from None
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
         except SkillbankError as exc:
             raise ConfigError(f"{where}: [train] {exc}") from None
         return cfg

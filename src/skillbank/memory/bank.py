@@ -192,7 +192,7 @@ class SkillBank:
 
     # -- write -------------------------------------------------------------------------------
     def learn(self, family: str, records: Sequence[Record], train_config=None, *, skills: Sequence[str] | None = None,
-              catalog=None, progress: bool = True) -> ShardEntry:
+              catalog=None, progress: bool = True, pretrained: str | Path | None = None) -> ShardEntry:
         """Train a fresh LoRA on ``records`` only, freeze it, append it, update the Address Memory.
 
         skills: the family's skill ids (default: the family of that name in ``catalog``, else the ids the
@@ -201,6 +201,9 @@ class SkillBank:
 
         The records are used for this call only: the bank keeps the adapter weights, the family's skill
         list and a training summary - never the requests or graphs.
+        pretrained: a directory with this family's adapter already trained on ``records`` with
+            ``train_config`` by another process (parallel stages); it is loaded instead of trained, after
+            checking that its recorded recipe matches.
         """
         from skillbank.train.executor import TrainConfig, common_prefix
         check_family_name(family)
@@ -231,7 +234,13 @@ class SkillBank:
             shutil.rmtree(staging)
         prefix = common_prefix(declared)
         try:
-            summary = self.execution.train_shard(family, records, cfg, family_prefix=prefix, progress=progress)
+            if pretrained is not None:
+                summary = self.execution.load_trained(family, pretrained)
+                if summary.get("config") != cfg.to_dict() or summary.get("family_prefix") != prefix:
+                    raise BankError(f"{pretrained} was trained with another recipe or family prefix than this learn "
+                                    f"step's; retrain it")
+            else:
+                summary = self.execution.train_shard(family, records, cfg, family_prefix=prefix, progress=progress)
             self.execution.save_shard(family, staging)
             specs = [catalog.skills[s].to_dict() for s in declared if s in catalog.skills] if catalog else []
             (staging / "skills.json").write_text(

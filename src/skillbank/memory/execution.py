@@ -57,6 +57,20 @@ class ExecutionMemory:
                                     progress=progress)
         return summary.to_dict()
 
+    def load_trained(self, name: str, directory: str | Path) -> dict:
+        """Load an adapter trained elsewhere (a parallel worker: ``skillbank.continual.parallel``) as the
+        new shard ``name``; ``directory/training.json`` holds its training summary. Returns the summary."""
+        import json
+        directory = Path(directory)
+        summary_path = directory / "training.json"
+        if not summary_path.is_file():
+            raise BankError(f"{directory} holds no training.json; it is not a finished trained shard")
+        try:
+            self.base.load_adapter(name, directory)
+        except ModelError as exc:
+            raise BankError(f"cannot load trained shard {name!r} from {directory}: {exc}") from exc
+        return json.loads(summary_path.read_text())
+
     def save_shard(self, name: str, directory: str | Path) -> Path:
         return self.base.save_adapter(name, directory)
 

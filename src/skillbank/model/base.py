@@ -28,7 +28,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -51,12 +51,15 @@ class BaseModelConfig:
     dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (the weights' dtype in memory).
     threads: torch intra-op threads; None = all cores, capped at 8 (beyond that small models gain nothing).
     cache_dir: cache root for converted models; None = ``$SKILLBANK_CACHE`` or ``~/.cache/skillbank``.
+    device: ``"auto"`` (CUDA when available, else CPU; under ``accelerate launch`` this process's GPU),
+        ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
     """
 
     name: str = EMBEDDED
     dtype: str = "float32"
     threads: Optional[int] = None
     cache_dir: Optional[str] = None
+    device: str = "auto"
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.strip():
@@ -66,6 +69,17 @@ class BaseModelConfig:
             raise ModelError(f"BaseModelConfig.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise ModelError(f"BaseModelConfig.threads must be a positive integer or None, got {self.threads!r}")
+        if not isinstance(self.device, str) or not (self.device in ("auto", "cpu", "cuda")
+                                                    or self.device.startswith("cuda:")):
+            raise ModelError(f"BaseModelConfig.device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+
+    def resolve_device(self) -> torch.device:
+        if self.device != "auto":
+            return torch.device(self.device)
+        if torch.cuda.is_available():
+            local = int(os.environ.get("LOCAL_RANK", "0"))  # set by accelerate launch / torchrun
+            return torch.device("cuda", local % torch.cuda.device_count())
+        return torch.device("cpu")
 
 
 @dataclass
@@ -128,15 +142,22 @@ class LoadedBase:
             self.peft.load_adapter(str(path), adapter_name=name, is_trainable=False)
         return self.activate(name)
 
-    def activate(self, name: str) -> Any:
+    def activate(self, name: str | Sequence[str]) -> Any:
         """Make adapter ``name`` the one that runs, frozen, in eval mode; return the PeftModel.
 
-        peft's ``set_adapter`` marks the active adapter trainable unless ``inference_mode=True``; we pass
-        it and freeze everything again anyway, so frozen means frozen after every switch.
+        A list of names activates all of them at once (their LoRA updates add up: Progressive-LoRA and
+        O-LoRA run this way). peft's ``set_adapter`` marks the active adapters trainable unless
+        ``inference_mode=True``; we pass it and freeze everything again anyway, so frozen means frozen
+        after every switch.
         """
-        if name not in self.adapter_names:
-            raise ModelError(f"no adapter named {name!r}; loaded: {self.adapter_names}")
-        self.peft.set_adapter(name, inference_mode=True)
+        names = [name] if isinstance(name, str) else list(name)
+        missing = [n for n in names if n not in self.adapter_names]
+        if not names or missing:
+            raise ModelError(f"no adapter named {missing or names!r}; loaded: {self.adapter_names}")
+        if len(names) == 1:
+            self.peft.set_adapter(names[0], inference_mode=True)
+        else:  # PeftModel.set_adapter takes one name; the tuner model underneath takes a list
+            self.peft.base_model.set_adapter(names, inference_mode=True)
         freeze_all(self.peft)
         self.peft.eval()
         return self.peft
@@ -374,6 +395,7 @@ def _load(config: BaseModelConfig, progress: bool) -> LoadedBase:
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
+    model.to(config.resolve_device())
     cfg = model.config
     identity = {
         "name": config.name,

@@ -16,11 +16,6 @@ and of every other adapter untouched, and the new adapter is frozen when trainin
 """
 from __future__ import annotations
 
-import math
-import random
-import re
-import sys
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
@@ -29,13 +24,13 @@ import torch
 from skillbank.data.records import Record
 from skillbank.errors import ModelError
 from skillbank.model.base import LoadedBase, freeze_all
-from skillbank.model.prompts import DEFAULT_SYSTEM_PROMPT, IGNORE_INDEX, Example, build_example
+from skillbank.model.prompts import DEFAULT_SYSTEM_PROMPT, Example, build_example
 from skillbank.model.serialization import FORMATS, encode
+from skillbank.train.loop import (PRECISIONS, FitResult, collate, fit, length_grouped_batches, resolve_precision,
+                                  target_loss)
 
-__all__ = ["TrainConfig", "TrainSummary", "train_executor", "freeze_all", "common_prefix", "top_layers",
-           "resolve_precision"]
-
-PRECISIONS = ("auto", "fp32", "bf16")
+__all__ = ["TrainConfig", "TrainSummary", "train_executor", "add_lora", "build_examples", "summarize", "freeze_all",
+           "common_prefix", "top_layers", "resolve_precision", "collate", "length_grouped_batches", "target_loss"]
 
 
 @dataclass(frozen=True)
@@ -174,6 +169,7 @@ class TrainSummary:
     target_format: str
     family_prefix: str
     config: dict = field(default_factory=dict)
+    terms: dict = field(default_factory=dict)  # mean of each extra loss term (continual methods)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -198,86 +194,6 @@ def top_layers(num_layers: int, count: int) -> tuple[int, ...]:
     return tuple(range(num_layers - count, num_layers))
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """"auto" -> "bf16" where bfloat16 matmuls are fast (CUDA with bf16, or a CPU with AVX512-BF16/AMX)."""
-    if precision != "auto":
-        return precision
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    if device.type == "cpu":
-        try:
-            return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
-        except (AttributeError, RuntimeError):
-            return "fp32"
-    return "fp32"
-
-
-def length_grouped_batches(lengths: Sequence[int], batch_size: int, generator: random.Random,
-                           group: int = 64) -> list[list[int]]:
-    """Shuffle, cut into groups of ``group`` batches, sort each group by length, batch, shuffle the batches.
-
-    Rows of a batch then have similar lengths (little padding) while batch order stays random.
-    """
-    order = list(range(len(lengths)))
-    generator.shuffle(order)
-    span = batch_size * group
-    batches = []
-    for start in range(0, len(order), span):
-        chunk = sorted(order[start:start + span], key=lambda i: -lengths[i])
-        batches += [chunk[k:k + batch_size] for k in range(0, len(chunk), batch_size)]
-    generator.shuffle(batches)
-    return batches
-
-
-def collate(examples: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad to the longest row: input_ids [B, T], attention_mask [B, T], labels [B, T] (IGNORE on pads)."""
-    width = max(len(e.input_ids) for e in examples)
-    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)
-    mask = torch.zeros((len(examples), width), dtype=torch.long)
-    for i, e in enumerate(examples):
-        n = len(e.input_ids)
-        ids[i, :n] = torch.tensor(e.input_ids)
-        labels[i, :n] = torch.tensor(e.labels)
-        mask[i, :n] = 1
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
-
-
-def _fast_head_ok(model) -> bool:
-    """True when logits are plainly lm_head(last hidden state): no soft-capping or logit scaling to re-apply."""
-    cfg = getattr(model, "config", None)
-    if any(getattr(cfg, a, None) not in (None, 1, 1.0) for a in ("final_logit_softcapping", "logit_scale")):
-        return False
-    return hasattr(model, "get_decoder") and model.get_output_embeddings() is not None
-
-
-def target_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Mean cross-entropy over the target tokens of a batch (a scalar).
-
-    model: the plain causal LM with LoRA layers injected (``peft_model.get_base_model()``).
-    Position t predicts token t+1, so hidden states [B, T-1] are matched with labels[:, 1:]; only the N
-    positions whose next token is a target are sent through the output layer ([N, H] -> [N, V]).
-    """
-    labels = batch["labels"][:, 1:]  # [B, T-1]
-    keep = labels != IGNORE_INDEX  # [B, T-1]
-    if _fast_head_ok(model):
-        hidden = model.get_decoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                     use_cache=False).last_hidden_state  # [B, T, H]
-        logits = model.get_output_embeddings()(hidden[:, :-1][keep])  # [N, V]
-    else:
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       use_cache=False).logits[:, :-1][keep]  # [N, V]
-    return torch.nn.functional.cross_entropy(logits.float(), labels[keep])
-
-
-def _downsample(values: list[float], points: int = 200) -> list[float]:
-    if len(values) <= points:
-        return [round(v, 5) for v in values]
-    step = len(values) / points
-    return [round(sum(values[int(i * step):int((i + 1) * step)]) / max(1, int((i + 1) * step) - int(i * step)), 5)
-            for i in range(points)]
-
-
 # -- training --------------------------------------------------------------------------------------
 def train_executor(base: LoadedBase, records: Sequence[Record], cfg: TrainConfig | None = None, *,
                    adapter_name: str, family_prefix: str | None = None, progress: bool = True):
@@ -288,134 +204,70 @@ def train_executor(base: LoadedBase, records: Sequence[Record], cfg: TrainConfig
     skill-id prefix the compact format strips (default: the longest ``::`` prefix shared by the records'
     skills); it is returned in the summary because decoding needs it.
     """
-    from peft import LoraConfig
-
     cfg = cfg or TrainConfig()
     records = list(records)
     if not records:
         raise ModelError("no training records")
     if not all(isinstance(r, Record) for r in records):
         raise ModelError("records must be skillbank.data.records.Record objects")
-    num_layers = base.num_layers
-    if cfg.layers_to_transform and max(cfg.layers_to_transform) >= num_layers:
-        raise ModelError(f"TrainConfig.layers_to_transform names layer {max(cfg.layers_to_transform)}, "
-                         f"but the base has layers 0..{num_layers - 1}")
     if family_prefix is None:
         family_prefix = common_prefix(sorted({t for r in records for t in r.graph.tasks}))
 
-    tokenizer = base.tokenizer
-    examples, dropped = [], 0
-    for r in records:
-        ex = build_example(tokenizer, r.request, encode(r.graph, cfg.target_format, family_prefix), cfg.system_prompt)
-        if cfg.max_length is not None and len(ex.input_ids) > cfg.max_length:
-            dropped += 1
-            continue
-        examples.append(ex)
-    if not examples:
-        raise ModelError(f"all {len(records)} records are longer than TrainConfig.max_length={cfg.max_length} tokens")
+    examples, dropped = build_examples(base, records, cfg, family_prefix)
+    peft_model = add_lora(base, adapter_name, cfg)
+    try:
+        result = fit(base, examples, cfg, adapter=adapter_name, seed=cfg.seed, progress=progress)
+    except BaseException:
+        base.remove_adapter(adapter_name)  # never leave a half-trained adapter behind
+        raise
+    return peft_model, summarize(adapter_name, examples, dropped, cfg, result, family_prefix)
 
-    rng = random.Random(cfg.seed)
-    torch.manual_seed(cfg.seed)  # adapter initialisation and dropout masks
+
+def add_lora(base: LoadedBase, name: str, cfg: TrainConfig, seed: int | None = None):
+    """Add a fresh LoRA adapter ``name`` shaped by ``cfg`` (initialised from ``seed``, default cfg.seed)."""
+    from peft import LoraConfig
+
+    if cfg.layers_to_transform and max(cfg.layers_to_transform) >= base.num_layers:
+        raise ModelError(f"TrainConfig.layers_to_transform names layer {max(cfg.layers_to_transform)}, "
+                         f"but the base has layers 0..{base.num_layers - 1}")
+    torch.manual_seed(cfg.seed if seed is None else seed)
     lora = LoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, bias="none",
                       target_modules=list(cfg.target_modules), task_type="CAUSAL_LM",
                       layers_to_transform=list(cfg.layers_to_transform) if cfg.layers_to_transform else None)
     try:
-        peft_model = base.add_adapter(adapter_name, lora)
+        return base.add_adapter(name, lora)
     except ModelError:
         raise
     except ValueError as exc:  # peft: a target module that does not exist, etc.
-        raise ModelError(f"cannot add LoRA adapter {adapter_name!r}: {exc}") from exc
-    try:
-        summary = _fit(base, peft_model, examples, cfg, rng, adapter_name, progress)
-    except BaseException:
-        base.remove_adapter(adapter_name)  # never leave a half-trained adapter behind
-        raise
-    summary.dropped_too_long = dropped
-    summary.family_prefix = family_prefix
-    return peft_model, summary
+        raise ModelError(f"cannot add LoRA adapter {name!r}: {exc}") from exc
 
 
-def _fit(base: LoadedBase, peft_model, examples: list[Example], cfg: TrainConfig, rng: random.Random,
-         adapter_name: str, progress: bool) -> TrainSummary:
-    from accelerate import Accelerator
-    from transformers import get_scheduler
+def build_examples(base: LoadedBase, records: Sequence[Record], cfg: TrainConfig, family_prefix: str
+                   ) -> tuple[list[Example], int]:
+    """Tokenized (prompt, target) pairs of ``records``; examples over ``cfg.max_length`` are dropped and
+    counted (a truncated target would teach the model never to stop)."""
+    examples, dropped = [], 0
+    for r in records:
+        ex = build_example(base.tokenizer, r.request, encode(r.graph, cfg.target_format, family_prefix),
+                           cfg.system_prompt)
+        if cfg.max_length is not None and len(ex.input_ids) > cfg.max_length:
+            dropped += 1
+            continue
+        examples.append(ex)
+    if not examples and records:
+        raise ModelError(f"all {len(records)} records are longer than TrainConfig.max_length={cfg.max_length} tokens")
+    return examples, dropped
 
-    # Accelerator picks the device (CUDA when present) and runs backward; autocast is applied directly
-    # rather than through Accelerator(mixed_precision=...), whose process-wide state cannot change
-    # between two trainings in one process.
-    accelerator = Accelerator(cpu=not torch.cuda.is_available())
-    device = accelerator.device
-    peft_model.to(device)
-    precision = resolve_precision(cfg.precision, device)
-    # Only the new adapter trains: its lora_A / lora_B weights (module keys end in the adapter name).
-    freeze_all(peft_model)
-    params = []
-    mine = re.compile(rf"\.lora_\w+\.{re.escape(adapter_name)}(\.|$)")
-    for name, p in peft_model.named_parameters():
-        if mine.search(name):
-            p.requires_grad_(True)
-            params.append(p)
-    if not params:
-        raise ModelError(f"adapter {adapter_name!r} has no parameters; check TrainConfig.target_modules")
-    trainable = sum(p.numel() for p in params)
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    per_epoch = math.ceil(len(examples) / cfg.batch_size)
-    steps_per_epoch = math.ceil(per_epoch / cfg.grad_accum)
-    total_steps = steps_per_epoch * cfg.epochs
-    scheduler = get_scheduler("linear", optimizer, num_warmup_steps=int(cfg.warmup_ratio * total_steps),
-                              num_training_steps=total_steps)
-    pad_id = base.tokenizer.pad_token_id
-    lm = peft_model.get_base_model()
-    lengths = [len(e.input_ids) for e in examples]
 
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=total_steps, desc=f"train {adapter_name}", unit="step", file=sys.stderr,
-                   dynamic_ncols=True, leave=True)
-    curve: list[float] = []
-    tokens = target_tokens = padded = 0
-    t0 = time.perf_counter()
-    peft_model.train()
-    try:
-        for epoch in range(cfg.epochs):
-            batches = length_grouped_batches(lengths, cfg.batch_size, rng)
-            for k in range(0, len(batches), cfg.grad_accum):
-                group = batches[k:k + cfg.grad_accum]
-                step_loss = 0.0
-                for idx in group:
-                    batch = {n: t.to(device) for n, t in collate([examples[i] for i in idx], pad_id).items()}
-                    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-                        loss = target_loss(lm, batch) / len(group)
-                    accelerator.backward(loss)
-                    step_loss += float(loss.detach())
-                    tokens += int(batch["attention_mask"].sum())
-                    target_tokens += int((batch["labels"] != IGNORE_INDEX).sum())
-                    padded += batch["input_ids"].numel()
-                if cfg.max_grad_norm is not None:
-                    torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                curve.append(step_loss)
-                if bar is not None:
-                    rate = tokens / max(time.perf_counter() - t0, 1e-9)
-                    bar.set_postfix(epoch=f"{epoch + 1}/{cfg.epochs}", loss=f"{step_loss:.4f}", tok_s=f"{rate:.0f}")
-                    bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
-        peft_model.eval()
-        freeze_all(peft_model)
-        optimizer.zero_grad(set_to_none=True)
-    wall = time.perf_counter() - t0
-    last = curve[-steps_per_epoch:]
+def summarize(adapter_name: str, examples: Sequence[Example], dropped: int, cfg: TrainConfig, result: FitResult,
+              family_prefix: str) -> TrainSummary:
+    wall = result.wall_seconds
     return TrainSummary(
-        adapter_name=adapter_name, examples=len(examples), dropped_too_long=0, epochs=cfg.epochs,
-        steps=len(curve), total_tokens=tokens, target_tokens=target_tokens, padded_tokens=padded,
-        max_target_tokens=max(e.n_target for e in examples),
-        wall_seconds=round(wall, 3), tokens_per_second=round(tokens / wall, 2) if wall else 0.0,
+        adapter_name=adapter_name, examples=len(examples), dropped_too_long=dropped, epochs=cfg.epochs,
+        steps=result.steps, total_tokens=result.total_tokens, target_tokens=result.target_tokens,
+        padded_tokens=result.padded_tokens, max_target_tokens=max(e.n_target for e in examples),
+        wall_seconds=wall, tokens_per_second=round(result.total_tokens / wall, 2) if wall else 0.0,
         examples_per_second=round(len(examples) * cfg.epochs / wall, 3) if wall else 0.0,
-        final_loss=round(sum(last) / len(last), 5), loss_curve=_downsample(curve), trainable_parameters=trainable,
-        precision=precision, device=str(device), target_format=cfg.target_format, family_prefix="",
-        config=cfg.to_dict())
+        final_loss=result.final_loss, loss_curve=result.loss_curve, trainable_parameters=result.trainable_parameters,
+        precision=result.precision, device=result.device, target_format=cfg.target_format,
+        family_prefix=family_prefix, config=cfg.to_dict(), terms=result.term_means)

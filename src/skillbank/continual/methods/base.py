@@ -1,0 +1,148 @@
+"""What a continual method is to the runner.
+
+The runner (``skillbank.continual.runner``) owns the stream, the stage loop, evaluation, caching, resume
+and results; a method owns only its model state and answers four questions:
+
+* ``learn(t, family, records)`` - absorb stage ``t`` (through the shared training loop,
+  ``skillbank.train.loop.fit``, adding at most a loss term, a data mix or extra adapters);
+* ``queries(t, records)`` - for each evaluated variant (FSM has two: routed and Oracle), which model
+  state should answer each held-out request with which prompt, and which shard it was routed to;
+* ``model_for(state)`` - a context manager giving the model that generates for a state;
+* ``save(dir)`` / ``load(dir)`` - the state after a stage, so an interrupted run resumes exactly.
+
+A *state* names the weights that generate. For trained states it carries a digest of those weights, so
+an output cached under it can only ever be reused by identical weights (this is what makes a resumed run
+end with the same results as an uninterrupted one).
+"""
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, ClassVar, Iterator, Optional, Sequence
+
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from skillbank.data.records import Record
+from skillbank.data.stream import Stream
+from skillbank.model.base import LoadedBase
+from skillbank.model.prompts import render_prompt
+from skillbank.train.executor import TrainConfig, build_examples, common_prefix
+
+Say = Callable[[str], None]
+
+
+class MethodParams(BaseModel):
+    """Hyperparameters of a method beyond the shared LoRA recipe; unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class Query:
+    """One request to answer: generate ``prompt`` with model state ``state``, decode with (fmt, prefix).
+    ``route`` is the family a routing method sent it to (None for methods that do not route)."""
+
+    state: str
+    prompt: str
+    fmt: str
+    prefix: str
+    route: Optional[str] = None
+
+
+@dataclass
+class MethodContext:
+    """Everything a method may use: the base (shared by its adapters), the shared recipe, the stream
+    (for the catalog - never for data of other stages), its working directory and the run's settings."""
+
+    base: LoadedBase
+    train: TrainConfig
+    stream: Stream
+    order_name: str
+    order: list[str]
+    workdir: Path  # this method's directory (shared by its orders)
+    progress: bool = True
+    say: Optional[Say] = None
+    extras: dict = field(default_factory=dict)
+
+    def log(self, message: str) -> None:
+        if self.say:
+            self.say(message)
+
+
+def weights_digest(named: dict[str, torch.Tensor]) -> str:
+    """A short content digest of some tensors (adapter weights), stable across processes."""
+    h = hashlib.sha256()
+    for name in sorted(named):
+        t = named[name].detach().to("cpu").contiguous()
+        h.update(name.encode())
+        h.update(str(t.dtype).encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.dtype != torch.bool else t.numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+class Method(ABC):
+    """A continual-learning method over one order of a stream (see the module docstring)."""
+
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    Params: ClassVar[type[MethodParams]] = MethodParams
+    #: True when a state never depends on the order (FSM's executors): outputs are shared across orders.
+    order_independent: ClassVar[bool] = False
+    #: True when the method trains (references on a frozen base do not).
+    trains: ClassVar[bool] = True
+
+    def __init__(self, ctx: MethodContext, params: MethodParams | None = None):
+        self.ctx = ctx
+        self.params = params if params is not None else self.Params()
+
+    # -- what every method provides ----------------------------------------------------------
+    @abstractmethod
+    def learn(self, t: int, family: str, records: Sequence[Record]) -> dict:
+        """Absorb stage ``t`` (1-based) from ``records`` of ``family`` only; return a training summary."""
+
+    @abstractmethod
+    def queries(self, t: int, records: Sequence[Record]) -> dict[str, list[Query]]:
+        """Variant name -> one :class:`Query` per record, after stage ``t``."""
+
+    @abstractmethod
+    def model_for(self, state: str):
+        """Context manager yielding the model that generates for ``state``."""
+
+    def save(self, directory: Path) -> None:
+        """Write the state after the last learned stage into ``directory`` (created by the runner)."""
+
+    def load(self, directory: Path, t: int) -> None:
+        """Restore the state written by :meth:`save` after stage ``t``."""
+
+    def close(self) -> None:
+        """Drop in-memory adapters (the runner loads a fresh base per method and order anyway)."""
+
+    # -- helpers shared by the methods -------------------------------------------------------------
+    @property
+    def base(self) -> LoadedBase:
+        return self.ctx.base
+
+    @property
+    def stream_prefix(self) -> str:
+        """The skill-id prefix shared by the whole catalog: one model for every family (sequential methods)
+        must write the family part of each id, so only the catalog-wide prefix is stripped."""
+        return common_prefix(sorted(self.ctx.stream.catalog.skills))
+
+    def examples(self, records: Sequence[Record], prefix: str):
+        examples, dropped = build_examples(self.base, records, self.ctx.train, prefix)
+        return examples, dropped
+
+    def closed_book_prompt(self, request: str) -> str:
+        return render_prompt(self.base.tokenizer, request, self.ctx.train.system_prompt)
+
+    @contextmanager
+    def adapters_active(self, names: Sequence[str]) -> Iterator[object]:
+        yield self.base.activate(list(names))
+
+    @classmethod
+    def describe(cls) -> str:
+        return cls.title or cls.name

@@ -1,0 +1,387 @@
+"""The continual runner: any method, any stream, any base; the accuracy matrix per prefix; resumable.
+
+For each method and each task order, stage t learns family t (the method's own way, through the shared
+training loop), then every held-out request of families 1..t is evaluated closed-book: the lower triangle
+of the accuracy matrix, for every variant the method evaluates (FSM: routed and Oracle).
+
+On disk (``RUN_DIR``)::
+
+    config.json                       the resolved configuration (a rerun must match it)
+    methods/<method>/outputs.jsonl    generated outputs keyed by (model state, prompt digest): the cache
+    methods/<method>/bank/            FSM only: the bank its executors were appended to
+    methods/<method>/<order>/stage-NN/state/       the method's state after stage NN (last one kept)
+    methods/<method>/<order>/stage-NN/train.json   that stage's training summary
+    methods/<method>/<order>/stage-NN/eval.json    that stage's evaluation: the stage is finished
+    methods/<method>/<order>/predictions.jsonl     per-request outputs at the final prefix
+    results.json, report.md, report.html, *.png
+
+Resume: a rerun finds the last finished stage of each method and order, loads its state and continues.
+Outputs are cached under a digest of the weights that produced them, so reuse is exact: a run killed
+anywhere ends, after a rerun, with the same results as an uninterrupted one. Files are written to a
+temporary name and renamed, so a kill never leaves a half-written state or evaluation.
+
+Under ``accelerate launch`` (several processes) every process trains (the shared loop averages
+gradients) and only the main one evaluates and writes.
+"""
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from skillbank.config import ConfigError, RunConfig
+from skillbank.data.records import Record
+from skillbank.data.stream import Stream
+from skillbank.metrics import AccuracyMatrix, aggregate, route_accuracy, score_example, task_macro
+from skillbank.model.serialization import decode
+
+Say = Callable[[str], None]
+COMPLETE = "COMPLETE"
+
+
+# -- the stream ----------------------------------------------------------------------------------
+def build_run_stream(cfg: RunConfig) -> Stream:
+    """The stream a run uses, cut to the configured per-family sizes."""
+    s = cfg.stream
+    if s.source == "builtin":
+        from skillbank.data.builtin import build_builtin_stream
+        return build_builtin_stream(seed=s.seed, train_per_family=s.train_per_family,
+                                    test_per_family=s.test_per_family or 300)
+    if s.source == "taskbench":
+        from skillbank.data.taskbench import load_taskbench
+        if not s.path:
+            raise ConfigError("[stream] source = 'taskbench' needs path = the TaskBench folder")
+        return load_taskbench(s.path, seed=s.seed, train_per_family=s.train_per_family,
+                              test_per_family=s.test_per_family)
+    if s.source == "taskbench-hub":
+        from skillbank.data.taskbench import load_taskbench_hub
+        return load_taskbench_hub(seed=s.seed, train_per_family=s.train_per_family,
+                                  test_per_family=s.test_per_family)
+    if not s.path:
+        raise ConfigError("[stream] source = 'dir' needs path = a stream directory (skillbank stream build)")
+    stream = Stream.load(s.path)
+    for key in stream.family_keys:
+        stream.train[key] = stream.train[key][:s.train_per_family]
+        if s.test_per_family:
+            stream.test[key] = stream.test[key][:s.test_per_family]
+    return stream
+
+
+# -- small file helpers ----------------------------------------------------------------------------
+def _write_json(path: Path, obj) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def _is_main() -> bool:
+    from accelerate import PartialState
+    return PartialState().is_main_process
+
+
+def _barrier() -> None:
+    from accelerate import PartialState
+    PartialState().wait_for_everyone()
+
+
+# -- the output cache ------------------------------------------------------------------------------
+def prompt_key(prompt: str) -> str:
+    return hashlib.sha256(prompt.encode()).hexdigest()[:24]
+
+
+class OutputCache:
+    """(model state, prompt digest) -> generated output, appended to a JSONL file as it grows.
+
+    A state names the exact weights (methods put a weight digest in it), so a cached output is reused only
+    by the same weights on the same prompt. A torn last line (a kill mid-write) is ignored on load."""
+
+    def __init__(self, path: Path, batch_size: int, max_new_tokens: int):
+        self.path = path
+        self.batch_size = batch_size
+        self.max_new_tokens = max_new_tokens
+        self.outputs: dict[tuple[str, str], dict] = {}
+        self.generate_seconds = 0.0
+        self.generated = 0
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                try:
+                    d = json.loads(line)
+                    self.outputs[(d["state"], d["prompt"])] = d
+                except (json.JSONDecodeError, KeyError):
+                    continue
+
+    def get(self, method, queries: Sequence, say: Say | None = None, progress: bool = False) -> list[dict]:
+        from skillbank.model.generate import generate
+
+        keys = [(q.state, prompt_key(q.prompt)) for q in queries]
+        missing: dict[tuple[str, str], str] = {}
+        for q, k in zip(queries, keys):
+            if k not in self.outputs:
+                missing.setdefault(k, q.prompt)
+        by_state: dict[str, list[tuple[str, str]]] = {}
+        for (state, pk), prompt in missing.items():
+            by_state.setdefault(state, []).append((pk, prompt))
+        for state, items in by_state.items():
+            if say:
+                say(f"  generating {len(items)} outputs with {state}")
+            t0 = time.perf_counter()
+            with method.model_for(state) as model:
+                gens = generate(model, method.base.tokenizer, [p for _, p in items], batch_size=self.batch_size,
+                                max_new_tokens=self.max_new_tokens, progress=progress)
+            self.generate_seconds += time.perf_counter() - t0
+            self.generated += len(items)
+            with open(self.path, "a") as fh:
+                for (pk, _), g in zip(items, gens):
+                    d = {"state": state, "prompt": pk, "text": g.text, "n_tokens": g.n_tokens,
+                         "mean_logprob": g.mean_logprob, "stopped": g.stopped}
+                    self.outputs[(state, pk)] = d
+                    fh.write(json.dumps(d, ensure_ascii=False) + "\n")
+        return [self.outputs[k] for k in keys]
+
+
+# -- evaluation of one stage -------------------------------------------------------------------------
+def evaluate_stage(method, t: int, seen: Sequence[str], stream: Stream, cache: OutputCache,
+                   say: Say | None = None, progress: bool = False, keep_predictions: bool = False) -> dict:
+    """Every variant's metrics on every seen task after stage ``t`` (and per-request predictions if asked)."""
+    tests: list[Record] = [r for k in seen for r in stream.test[k]]
+    variants = method.queries(t, tests)
+    flat = [q for qs in variants.values() for q in qs]
+    outs = cache.get(method, flat, say, progress)
+    result: dict = {"stage": t, "variants": {}}
+    predictions: list[dict] = []
+    pos = 0
+    for variant, qs in variants.items():
+        mine, pos = outs[pos:pos + len(qs)], pos + len(qs)
+        parsed = [decode(o["text"], q.fmt, q.prefix) for q, o in zip(qs, mine)]
+        scores = [score_example(r.graph, p.graph) for r, p in zip(tests, parsed)]
+        per_task = {}
+        for k in seen:
+            idx = [i for i, r in enumerate(tests) if r.family == k]
+            m = aggregate([scores[i] for i in idx])
+            if qs and qs[0].route is not None:
+                m["route_accuracy"] = route_accuracy([k] * len(idx), [qs[i].route for i in idx])
+            m["n"] = len(idx)
+            per_task[k] = m
+        entry = {"tasks": per_task}
+        if qs and qs[0].route is not None:
+            entry["route_accuracy"] = route_accuracy([r.family for r in tests], [q.route for q in qs])
+        result["variants"][variant] = entry
+        if keep_predictions:
+            for r, q, o, p, s in zip(tests, qs, mine, parsed, scores):
+                predictions.append({"variant": variant, "id": r.id, "family": r.family, "route": q.route,
+                                    "state": q.state, "output": o["text"], "em": s.graph_em, "error": p.error,
+                                    "mean_logprob": o["mean_logprob"]})
+    if keep_predictions:
+        result["predictions"] = predictions
+    return result
+
+
+# -- one method over one order ---------------------------------------------------------------------
+@dataclass
+class RunContext:
+    cfg: RunConfig
+    stream: Stream
+    out: Path
+    say: Say | None
+    progress: bool
+
+
+def _stage_dir(odir: Path, t: int) -> Path:
+    return odir / f"stage-{t:02d}"
+
+
+def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrained: dict | None = None) -> dict:
+    from skillbank.continual.methods import MethodContext, method_class
+    from skillbank.model.base import load_base
+
+    cfg, stream, say = rc.cfg, rc.stream, rc.say
+    cls = method_class(method_name)
+    order = stream.order(order_name)
+    mdir = rc.out / "methods" / method_name
+    odir = mdir / order_name
+    odir.mkdir(parents=True, exist_ok=True)
+    finished = 0
+    while (_stage_dir(odir, finished + 1) / "eval.json").is_file():
+        finished += 1
+    if finished == len(order):
+        if say:
+            say(f"{method_name} {order_name}: already finished")
+        return collect_method_order(odir, order)
+
+    main = _is_main()
+    t0 = time.perf_counter()
+    base = load_base(cfg.base_config(), progress=rc.progress)
+    ctx = MethodContext(base=base, train=cfg.train_config(), stream=stream, order_name=order_name, order=order,
+                        workdir=mdir, progress=rc.progress and main, say=say,
+                        extras={"address": cfg.address.model_dump(), "pretrained": pretrained or {}})
+    method = cls(ctx, cfg.method_params_for(method_name))
+    cache = OutputCache(mdir / "outputs.jsonl", cfg.eval.batch_size, cfg.eval.max_new_tokens)
+    if finished:
+        if say:
+            say(f"{method_name} {order_name}: resuming after stage {finished}")
+        method.load(_stage_dir(odir, finished) / "state", finished)
+    try:
+        for t in range(finished + 1, len(order) + 1):
+            family = order[t - 1]
+            sdir = _stage_dir(odir, t)
+            sdir.mkdir(exist_ok=True)
+            state_dir = sdir / "state"
+            if (state_dir / COMPLETE).is_file() and (sdir / "train.json").is_file():
+                method.load(state_dir, t)  # trained before a kill during evaluation
+                summary = json.loads((sdir / "train.json").read_text())
+            else:
+                if say:
+                    what = (f"learning {stream.task_label(family)} {family} ({len(stream.train[family])} requests)"
+                            if cls.trains else f"{stream.task_label(family)} arrives (frozen base: nothing to learn)")
+                    say(f"{method_name} {order_name} stage {t}/{len(order)}: {what}")
+                summary = method.learn(t, family, stream.train[family])
+                if main:
+                    tmp = sdir / ".state-tmp"
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    tmp.mkdir()
+                    method.save(tmp)
+                    (tmp / COMPLETE).write_text("")
+                    shutil.rmtree(state_dir, ignore_errors=True)
+                    os.replace(tmp, state_dir)
+                    _write_json(sdir / "train.json", _lite(summary))
+            if main:
+                t_eval = time.perf_counter()
+                seen = order[:t]
+                ev = evaluate_stage(method, t, seen, stream, cache, say, rc.progress, keep_predictions=t == len(order))
+                ev["eval_seconds"] = round(time.perf_counter() - t_eval, 2)
+                preds = ev.pop("predictions", None)
+                if preds is not None:
+                    with open(odir / "predictions.jsonl.tmp", "w") as fh:
+                        for p in preds:
+                            fh.write(json.dumps(p, ensure_ascii=False) + "\n")
+                    os.replace(odir / "predictions.jsonl.tmp", odir / "predictions.jsonl")
+                _write_json(sdir / "eval.json", ev)
+                if say:
+                    say(f"  {method_name} {order_name} after stage {t}: " + ", ".join(
+                        f"{v} macro EM {100 * task_macro(m['graph_em'] for m in e['tasks'].values()):.1f}"
+                        for v, e in ev["variants"].items()))
+                if not cfg.runner.keep_states and t > 1:
+                    shutil.rmtree(_stage_dir(odir, t - 1) / "state", ignore_errors=True)
+            _barrier()
+    finally:
+        method.close()
+        del method, base
+        gc.collect()
+        try:
+            import torch
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except Exception:  # pragma: no cover - cleanup only
+            pass
+    result = collect_method_order(odir, order)
+    result["timing"]["wall_seconds_this_run"] = round(time.perf_counter() - t0, 1)
+    result["timing"]["generated_this_run"] = cache.generated
+    result["timing"]["generate_seconds_this_run"] = round(cache.generate_seconds, 1)
+    return result
+
+
+def _lite(summary: dict) -> dict:
+    """A training summary without the bulky parts (loss curve kept: the report may plot it)."""
+    return {k: v for k, v in summary.items() if k != "config"}
+
+
+def collect_method_order(odir: Path, order: list[str]) -> dict:
+    """Rebuild one method-order result from its stage files (so a resumed run reports everything)."""
+    variants: dict[str, dict] = {}
+    training, eval_seconds = {}, {}
+    for t in range(1, len(order) + 1):
+        sdir = _stage_dir(odir, t)
+        ev = json.loads((sdir / "eval.json").read_text())
+        tr = json.loads((sdir / "train.json").read_text()) if (sdir / "train.json").is_file() else {}
+        training[order[t - 1]] = tr
+        eval_seconds[t] = ev.get("eval_seconds", 0.0)
+        for v, e in ev["variants"].items():
+            d = variants.setdefault(v, {"em": AccuracyMatrix(order), "stages": []})
+            for k, m in e["tasks"].items():
+                d["em"].set(t, k, m["graph_em"])
+            d["stages"].append(e)
+    out = {"order": order, "variants": {}, "training": training,
+           "timing": {"train_seconds": round(sum(float(s.get("wall_seconds", 0) or 0) for s in training.values()), 1),
+                      "eval_seconds": round(sum(eval_seconds.values()), 1)}}
+    for v, d in variants.items():
+        em: AccuracyMatrix = d["em"]
+        final = d["stages"][-1]["tasks"]
+        summary = {
+            "macro_em": em.macro(), "bwt": em.bwt(), "diagonal_macro_em": task_macro(em.diagonal().values()),
+            "tool_choice": task_macro(m["tool_choice"] for m in final.values()),
+            "arg_f1": task_macro(m["arg_f1"] for m in final.values()),
+            "final_em": {k: final[k]["graph_em"] for k in order},
+        }
+        if "route_accuracy" in d["stages"][-1]:
+            summary["route_accuracy"] = d["stages"][-1]["route_accuracy"]
+            summary["route_per_stage"] = [s.get("route_accuracy") for s in d["stages"]]
+        out["variants"][v] = {"em": em.to_dict(), "final": final, "summary": summary,
+                              "macro_per_stage": [em.macro(s) for s in range(1, len(order) + 1)]}
+    return out
+
+
+# -- the whole run ---------------------------------------------------------------------------------
+def _check_config(out: Path, cfg: RunConfig) -> None:
+    """A run directory belongs to one configuration: resuming with another would mix results."""
+    path = out / "config.json"
+    new = cfg.resolved()
+    if path.is_file():
+        old = json.loads(path.read_text())
+        skip = {"methods", "runner", "method_params", "name"}  # adding methods to a run is fine
+        diff = sorted(k for k in set(old) | set(new) if k not in skip and old.get(k) != new.get(k))
+        shared = set(old.get("method_params", {})) & set(new.get("method_params", {}))
+        diff += [f"method_params.{m}" for m in sorted(shared) if old["method_params"][m] != new["method_params"][m]]
+        if diff:
+            raise ConfigError(f"{out} holds a run with another configuration (differs in: {', '.join(diff)}); "
+                              f"use another directory or --restart to discard it")
+        new["methods"] = list(dict.fromkeys(old.get("methods", []) + new["methods"]))
+        new["method_params"] = {**old.get("method_params", {}), **new["method_params"]}
+    _write_json(path, new)
+
+
+def run(cfg: RunConfig, out_dir: str | Path, *, say: Say | None = None, progress: bool = True,
+        restart: bool = False) -> dict:
+    """Run every configured method over every configured order; write results and the report."""
+    out = Path(out_dir)
+    main = _is_main()
+    if restart and out.exists() and main:
+        shutil.rmtree(out)
+    _barrier()
+    out.mkdir(parents=True, exist_ok=True)
+    if main:
+        _check_config(out, cfg)
+    t_start = time.perf_counter()
+    stream = build_run_stream(cfg)
+    if say:
+        say(f"stream {stream.name}: " + ", ".join(f"{v['task']} {v['train']}/{v['test']}"
+                                                   for v in stream.summary().values()) + " (train/test per family)")
+    rc = RunContext(cfg, stream, out, say if main else None, progress)
+    methods: dict[str, dict] = {}
+    for name in cfg.methods:
+        pretrained = None
+        if name == "fsm" and cfg.runner.parallel_stages > 1:
+            from skillbank.continual.parallel import pretrain_fsm_stages
+            pretrained = pretrain_fsm_stages(cfg, stream, out / "methods" / name, say=rc.say)
+        methods[name] = {o: run_method_order(rc, name, o, pretrained) for o in cfg.eval.orders}
+    record = {
+        "name": cfg.name, "config": json.loads((out / "config.json").read_text()) if main else cfg.resolved(),
+        "stream": {"name": stream.name, "source": stream.source, "summary": stream.summary()},
+        "task_labels": {k: stream.task_label(k) for k in stream.family_keys},
+        "methods": methods,
+        "timing": {"wall_seconds": round(time.perf_counter() - t_start, 1)},
+    }
+    if main:
+        # results.json holds every method ever run in this directory (a later run may add methods).
+        prior = json.loads((out / "results.json").read_text()) if (out / "results.json").is_file() else {}
+        record["methods"] = {**prior.get("methods", {}), **methods}
+        _write_json(out / "results.json", record)
+        from skillbank.report.run_report import write_report
+        write_report([out], out)
+    _barrier()
+    return record

@@ -1,0 +1,223 @@
+"""The report of one or more runs: ``results.json`` -> ``report.md`` + a self-contained ``report.html``.
+
+Sections: the main comparison table (per order: tool choice, argument F1, per-task final EM, task-macro
+EM, BWT), one accuracy-matrix heatmap per method variant and order, per-stage trajectories of macro EM,
+training cost, and any extra sections a run carries (selectors, diagnostics) when their files exist.
+The HTML page embeds its figures (base64), so it can be mailed or attached as one file.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+from typing import Sequence
+
+from skillbank.metrics import AccuracyMatrix
+from skillbank.report.plots import matrix_heatmap, trajectories
+
+# Display order and names: the paper's table reads baselines first, then FSM and its Oracle bound.
+VARIANT_TITLES = {
+    "sft": "Sequential SFT", "replay": "Replay (100/stage, not replay-free)", "lwf": "LwF", "ewc": "EWC",
+    "olora": "O-LoRA", "progressive": "Progressive-LoRA", "fsm": "FSM (Address-routed)",
+    "oracle": "FSM executors + Oracle address", "base-skill": "Base + Skill (catalog in prompt)",
+    "base-oracle-fields": "Base + Oracle Address+Fields",
+}
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def _rows(results: Sequence[dict]) -> list[tuple[str, str, dict]]:
+    """(run name, variant, {order: variant result}) for every variant of every run, in display order."""
+    rows = []
+    for res in results:
+        by_variant: dict[str, dict] = {}
+        for method, orders in res["methods"].items():
+            for order, r in orders.items():
+                for v, vr in r["variants"].items():
+                    by_variant.setdefault(v, {})[order] = vr
+        rank = {v: i for i, v in enumerate(VARIANT_TITLES)}
+        for v in sorted(by_variant, key=lambda v: rank.get(v, 99)):
+            rows.append((res.get("name", ""), v, by_variant[v]))
+    return rows
+
+
+def comparison_table(results: Sequence[dict]) -> list[str]:
+    labels = results[0]["task_labels"]
+    keys = sorted(labels, key=lambda k: labels[k])
+    orders = sorted({o for res in results for m in res["methods"].values() for o in m})
+    multi = len(results) > 1
+    lines = []
+    for order in orders:
+        lines += [f"### Order {order}", "",
+                  "| method | tool choice | arg F1 | " + " | ".join(labels[k] for k in keys) + " | macro EM | BWT |",
+                  "|---|" + "---:|" * (len(keys) + 4)]
+        for run, v, per_order in _rows(results):
+            if order not in per_order:
+                continue
+            s = per_order[order]["summary"]
+            name = VARIANT_TITLES.get(v, v) + (f" [{run}]" if multi else "")
+            bwt = s["bwt"]
+            lines.append(f"| {name} | {_pct(s['tool_choice'])} | {_pct(s['arg_f1'])} | "
+                         + " | ".join(_pct(s["final_em"].get(k)) for k in keys)
+                         + f" | **{_pct(s['macro_em'])}** | {100 * bwt:+.1f} |")
+        lines.append("")
+    return lines
+
+
+def _figures(results: Sequence[dict], out: Path) -> list[tuple[str, Path]]:
+    figs = []
+    for res in results:
+        labels = res["task_labels"]
+        tag = res.get("name", "run")
+        orders = sorted({o for m in res["methods"].values() for o in m})
+        for order in orders:
+            series, xl = {}, None
+            for run, v, per_order in _rows([res]):
+                if order not in per_order:
+                    continue
+                vr = per_order[order]
+                m = AccuracyMatrix.from_dict(vr["em"])
+                xl = [labels[k] for k in m.order]
+                series[VARIANT_TITLES.get(v, v)] = vr["macro_per_stage"]
+                png = matrix_heatmap(m, xl, out / f"matrix_{tag}_{v}_{order}.png",
+                                     f"{VARIANT_TITLES.get(v, v)}: graph EM a[t][k] (%), order {order}")
+                figs.append((f"{VARIANT_TITLES.get(v, v)}, order {order}", png))
+            if series:
+                png = trajectories(series, out / f"trajectory_{tag}_{order}.png",
+                                   f"task-macro EM over seen tasks after each stage, order {order}",
+                                   ylabel="macro EM (%)", xlabels=xl)
+                figs.insert(0, (f"Trajectories, order {order}", png))
+    return figs
+
+
+def _training_table(results: Sequence[dict]) -> list[str]:
+    lines = ["| method | order | train s | eval s | examples/s (mean) | final loss (last stage) | extra terms (last stage) |",
+             "|---|---|---:|---:|---:|---:|---|"]
+    for res in results:
+        for method, orders in res["methods"].items():
+            for order, r in orders.items():
+                stages = [s for s in r["training"].values() if s]
+                eps = [s.get("examples_per_second") for s in stages if s.get("examples_per_second")]
+                last = stages[-1] if stages else {}
+                terms = ", ".join(f"{k} {v:.4g}" for k, v in (last.get("terms") or {}).items()) or "-"
+                loss = last.get("final_loss")
+                lines.append(f"| {method} | {order} | {r['timing']['train_seconds']:.0f} | {r['timing']['eval_seconds']:.0f} | "
+                             f"{(sum(eps) / len(eps)) if eps else 0:.2f} | {'-' if loss is None else f'{loss:.3f}'} | {terms} |")
+    return lines + [""]
+
+
+def _route_lines(results: Sequence[dict]) -> list[str]:
+    lines = []
+    for run, v, per_order in _rows(results):
+        for order, vr in sorted(per_order.items()):
+            s = vr["summary"]
+            if s.get("route_accuracy") is not None and v == "fsm":
+                lines.append(f"- {VARIANT_TITLES.get(v, v)} order {order}: route accuracy after each stage "
+                             + ", ".join(_pct(x) for x in s["route_per_stage"]))
+    return lines + ([""] if lines else [])
+
+
+def extra_sections(run_dir: Path) -> list[str]:
+    """Sections other tools add to a run directory (``selectors.md``, ``diagnostics.md``), included as-is."""
+    lines = []
+    for name in ("selectors.md", "diagnostics.md"):
+        p = run_dir / name
+        if p.is_file():
+            lines += [p.read_text().rstrip(), ""]
+    return lines
+
+
+def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = None) -> Path:
+    """Render ``report.md`` and ``report.html`` for the given run directories into ``out_dir`` (default:
+    the first run directory). Returns the markdown path."""
+    from skillbank.errors import SkillbankError
+
+    dirs = [Path(d) for d in run_dirs]
+    results = []
+    for d in dirs:
+        p = d / "results.json"
+        if not p.is_file():
+            raise SkillbankError(f"{d} is not a finished run directory (no results.json)")
+        try:
+            results.append(json.loads(p.read_text()))
+        except json.JSONDecodeError as exc:
+            raise SkillbankError(f"{p}: not valid JSON ({exc})") from None
+    out = Path(out_dir) if out_dir else dirs[0]
+    out.mkdir(parents=True, exist_ok=True)
+    first = results[0]
+    cfg = first["config"]
+    tr = cfg["train"]
+    lines = [f"# Continual skill internalization: {', '.join(r.get('name', '') for r in results)}", "",
+             f"Stream `{first['stream']['name']}` ({first['stream']['source']}): "
+             + ", ".join(f"{v['task']} {v['train']}/{v['test']}" for v in first["stream"]["summary"].values())
+             + " train/held-out requests per family. Base `" + cfg["base"]["name"] + f"` ({cfg['base']['dtype']}); "
+             f"LoRA r{tr['rank']} (alpha {tr['alpha']}) on {', '.join(tr['target_modules'])}, {tr['epochs']} epoch(s), "
+             f"lr {tr['lr']}, batch {tr['batch_size']}, target format `{tr['target_format']}`; greedy decoding, cap "
+             f"{cfg['eval']['max_new_tokens']} tokens. Wall time of the last invocation: "
+             + ", ".join(f"{r.get('name', '')} {r['timing']['wall_seconds'] / 60:.1f} min" for r in results) + ".", "",
+             "Graph exact match (EM, %) on every family's held-out requests after the last stage, closed-book "
+             "(only the raw request) except the two frozen-base references; BWT = mean over earlier tasks of "
+             "final EM minus EM right after learning it (points; negative = forgetting). Method hyperparameters: "
+             + "; ".join(f"{m} {json.dumps(p)}" for m, p in cfg.get("method_params", {}).items() if p) + ".", "",
+             "## Method comparison", ""]
+    lines += comparison_table(results)
+    lines += _route_lines(results)
+    lines += ["## Training and evaluation cost", ""] + _training_table(results)
+    figs = _figures(results, out)
+    lines += ["## Figures", ""]
+    for caption, png in figs:
+        lines += [f"**{caption}**", "", f"![{caption}]({png.name})", ""]
+    for d in dirs:
+        lines += extra_sections(d)
+    md = out / "report.md"
+    md.write_text("\n".join(lines) + "\n")
+    _write_html(lines, out / "report.html", out)
+    return md
+
+
+def _write_html(md_lines: list[str], path: Path, fig_dir: Path) -> None:
+    """A small markdown subset (headings, tables, images, bold, paragraphs) -> one HTML file with inline
+    images. Hand-written because the report's markdown is this program's own, limited output and the
+    page must not depend on a markdown library or on files beside it."""
+    import re
+
+    def inline(text: str) -> str:
+        t = html.escape(text)
+        t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
+        return re.sub(r"`(.+?)`", r"<code>\1</code>", t)
+
+    body, i = [], 0
+    while i < len(md_lines):
+        line = md_lines[i]
+        if line.startswith("|"):
+            rows = []
+            while i < len(md_lines) and md_lines[i].startswith("|"):
+                rows.append(md_lines[i])
+                i += 1
+            cells = [[c.strip() for c in r.strip("|").split("|")] for r in rows if not set(r) <= set("|-: ")]
+            body.append("<table><thead><tr>" + "".join(f"<th>{inline(c)}</th>" for c in cells[0]) + "</tr></thead><tbody>"
+                        + "".join("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in r) + "</tr>" for r in cells[1:])
+                        + "</tbody></table>")
+            continue
+        m = re.match(r"!\[(.*?)\]\((.+?)\)", line)
+        if m:
+            png = fig_dir / m.group(2)
+            data = base64.b64encode(png.read_bytes()).decode() if png.is_file() else ""
+            body.append(f'<img alt="{html.escape(m.group(1))}" src="data:image/png;base64,{data}">')
+        elif line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            body.append(f"<h{level}>{inline(line[level:].strip())}</h{level}>")
+        elif line.startswith("- "):
+            body.append(f"<li>{inline(line[2:])}</li>")
+        elif line.strip():
+            body.append(f"<p>{inline(line)}</p>")
+        i += 1
+    style = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+             "table{border-collapse:collapse;margin:1em 0;font-size:14px}th,td{border:1px solid #ccc;padding:4px 8px;"
+             "text-align:right}th:first-child,td:first-child{text-align:left}img{max-width:100%;margin:0.5em 0}"
+             "code{background:#f3f3f3;padding:0 3px}")
+    path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>skillbank report</title>"
+                    f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -1,0 +1,317 @@
+"""The one training loop every method shares.
+
+A continual method differs from sequential fine-tuning only in what it adds to this loop (DESIGN.md):
+
+* which adapter trains and which adapters are active in the forward pass (FSM and sequential SFT: one;
+  Progressive-LoRA and O-LoRA: every earlier frozen adapter plus the new one, summed);
+* extra loss terms (:class:`LossTerm`: LwF's distillation, EWC's penalty, O-LoRA's orthogonality), each
+  a small object that sees the step's batch and the target-position logits;
+* the data mix (Replay), decided before the loop by whoever builds ``examples``.
+
+Loss: next-token cross-entropy on the target tokens only. Logits are computed only at positions that
+predict a target token: the output layer (49,152 x 576 for SmolLM2) is a fifth of the model's compute per
+position and the prompt positions carry no loss.
+
+Several processes (``accelerate launch``): every process builds the same batch order from the same seed
+and takes its share of each optimizer step's micro-batches; gradients of the trainable parameters are
+averaged across processes before the step, so all processes keep identical weights. (Hand-written rather
+than DDP-wrapped because the loss calls the decoder and the output layer separately, which DDP's forward
+hooks would not see.)
+"""
+from __future__ import annotations
+
+import math
+import random
+import re
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Optional, Sequence
+
+import torch
+
+from skillbank.errors import ModelError
+from skillbank.model.base import LoadedBase, freeze_all
+from skillbank.model.prompts import IGNORE_INDEX, Example
+
+__all__ = ["LossTerm", "StepContext", "FitResult", "fit", "target_logits", "target_loss", "collate",
+           "length_grouped_batches", "resolve_precision", "adapter_parameters", "swapped_adapters"]
+
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+# -- pieces ------------------------------------------------------------------------------------
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """"auto" -> "bf16" where bfloat16 matmuls are fast (CUDA with bf16, or a CPU with AVX512-BF16/AMX)."""
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    if device.type == "cpu":
+        try:
+            return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
+        except (AttributeError, RuntimeError):
+            return "fp32"
+    return "fp32"
+
+
+def length_grouped_batches(lengths: Sequence[int], batch_size: int, generator: random.Random,
+                           group: int = 64) -> list[list[int]]:
+    """Shuffle, cut into groups of ``group`` batches, sort each group by length, batch, shuffle the batches.
+
+    Rows of a batch then have similar lengths (little padding) while batch order stays random.
+    """
+    order = list(range(len(lengths)))
+    generator.shuffle(order)
+    span = batch_size * group
+    batches = []
+    for start in range(0, len(order), span):
+        chunk = sorted(order[start:start + span], key=lambda i: -lengths[i])
+        batches += [chunk[k:k + batch_size] for k in range(0, len(chunk), batch_size)]
+    generator.shuffle(batches)
+    return batches
+
+
+def collate(examples: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad to the longest row: input_ids [B, T], attention_mask [B, T], labels [B, T] (IGNORE on pads)."""
+    width = max(len(e.input_ids) for e in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)
+    mask = torch.zeros((len(examples), width), dtype=torch.long)
+    for i, e in enumerate(examples):
+        n = len(e.input_ids)
+        ids[i, :n] = torch.tensor(e.input_ids)
+        labels[i, :n] = torch.tensor(e.labels)
+        mask[i, :n] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def _fast_head_ok(model) -> bool:
+    """True when logits are plainly lm_head(last hidden state): no soft-capping or logit scaling to re-apply."""
+    cfg = getattr(model, "config", None)
+    if any(getattr(cfg, a, None) not in (None, 1, 1.0) for a in ("final_logit_softcapping", "logit_scale")):
+        return False
+    return hasattr(model, "get_decoder") and model.get_output_embeddings() is not None
+
+
+def target_logits(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits at the positions that predict a target token, and those targets: ``([N, V], [N])``.
+
+    model: the plain causal LM with LoRA layers injected (``peft_model.get_base_model()``).
+    Position t predicts token t+1, so hidden states [B, T-1] are matched with labels[:, 1:]; only the N
+    positions whose next token is a target are sent through the output layer ([N, H] -> [N, V]).
+    """
+    labels = batch["labels"][:, 1:]  # [B, T-1]
+    keep = labels != IGNORE_INDEX  # [B, T-1]
+    if _fast_head_ok(model):
+        hidden = model.get_decoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                     use_cache=False).last_hidden_state  # [B, T, H]
+        logits = model.get_output_embeddings()(hidden[:, :-1][keep])  # [N, V]
+    else:
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       use_cache=False).logits[:, :-1][keep]  # [N, V]
+    return logits, labels[keep]
+
+
+def target_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean cross-entropy over the target tokens of a batch (a scalar)."""
+    logits, labels = target_logits(model, batch)
+    return torch.nn.functional.cross_entropy(logits.float(), labels)
+
+
+def adapter_parameters(peft_model, adapter: str) -> dict[str, torch.nn.Parameter]:
+    """The LoRA parameters of one adapter (module keys end in the adapter name), by parameter name."""
+    mine = re.compile(rf"\.lora_\w+\.{re.escape(adapter)}(\.|$)")
+    return {n: p for n, p in peft_model.named_parameters() if mine.search(n)}
+
+
+@contextmanager
+def swapped_adapters(base: LoadedBase, names: Sequence[str], trainable: Sequence[torch.nn.Parameter]
+                     ) -> Iterator[None]:
+    """Run the body with ``names`` active (e.g. LwF's teacher), then restore the previous active adapters
+    and the trainable flags of ``trainable`` (peft's set_adapter rewrites requires_grad)."""
+    tuner = base.peft.base_model
+    before = tuner.active_adapters
+    try:
+        tuner.set_adapter(list(names), inference_mode=True)
+        yield
+    finally:
+        tuner.set_adapter(list(before), inference_mode=True)
+        for p in trainable:
+            p.requires_grad_(True)
+
+
+@dataclass
+class StepContext:
+    """What a loss term sees at one micro-batch.
+
+    lm: the causal LM with LoRA layers; base: the LoadedBase (to swap adapters); batch: the collated
+    batch on the device; logits [N, V] / labels [N]: the target positions' logits (with grad) and tokens;
+    step: optimizer step (0-based); trainable: the parameters being trained, by name.
+    """
+
+    lm: object
+    base: LoadedBase
+    batch: dict
+    logits: torch.Tensor
+    labels: torch.Tensor
+    step: int
+    trainable: dict[str, torch.nn.Parameter]
+
+
+class LossTerm:
+    """An extra term added to the target cross-entropy; a method's distinctive piece. Subclasses set
+    ``name`` and implement ``__call__`` returning a scalar tensor (already weighted)."""
+
+    name: str = "term"
+
+    def __call__(self, ctx: StepContext) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+@dataclass
+class FitResult:
+    """Totals of one :func:`fit`. Tokens count real (non-padding) tokens over all epochs; ``padded_tokens``
+    what the model processed; ``loss_curve`` is the mean target cross-entropy per optimizer step (at most
+    200 points); ``term_means`` the mean of each extra loss term over the run."""
+
+    steps: int
+    total_tokens: int
+    target_tokens: int
+    padded_tokens: int
+    wall_seconds: float
+    final_loss: float
+    loss_curve: list[float]
+    trainable_parameters: int
+    precision: str
+    device: str
+    term_means: dict[str, float] = field(default_factory=dict)
+
+
+def _downsample(values: list[float], points: int = 200) -> list[float]:
+    if len(values) <= points:
+        return [round(v, 5) for v in values]
+    step = len(values) / points
+    return [round(sum(values[int(i * step):int((i + 1) * step)]) / max(1, int((i + 1) * step) - int(i * step)), 5)
+            for i in range(points)]
+
+
+# -- the loop ----------------------------------------------------------------------------------
+def fit(base: LoadedBase, examples: Sequence[Example], cfg, *, adapter: str, active: Optional[Sequence[str]] = None,
+        terms: Sequence[LossTerm] = (), on_step: Optional[Callable[[int], None]] = None, seed: int | None = None,
+        progress: bool = True, desc: str | None = None) -> FitResult:
+    """Train adapter ``adapter`` (already added to ``base``) on ``examples`` with ``cfg`` (a TrainConfig).
+
+    active: adapters in the forward pass (default: just ``adapter``); only ``adapter`` trains.
+    terms: extra loss terms added to the target cross-entropy at every micro-batch.
+    on_step: called after every optimizer step with the number of steps done (model back in train mode
+        afterwards; a callback that evaluates must itself switch to eval and back).
+    seed: batch order and dropout (default ``cfg.seed``).
+    A fresh AdamW with linear warm-up/decay is used; at the end every parameter is frozen again, the
+    model is in eval mode and ``active`` is left active.
+    """
+    from accelerate import Accelerator
+    from transformers import get_scheduler
+
+    if not examples:
+        raise ModelError("no training examples")
+    active = list(active) if active is not None else [adapter]
+    if adapter not in active:
+        raise ModelError(f"the trained adapter {adapter!r} must be among the active ones {active}")
+    seed = cfg.seed if seed is None else seed
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    # Accelerator picks the device (CUDA when present), knows the process group, and runs backward;
+    # autocast is applied directly rather than through Accelerator(mixed_precision=...), whose
+    # process-wide state cannot change between two trainings in one process.
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    world, rank = accelerator.num_processes, accelerator.process_index
+    peft_model = base.activate(active)
+    device = next(peft_model.parameters()).device  # where the base was loaded (BaseModelConfig.device)
+    precision = resolve_precision(cfg.precision, device)
+    named = adapter_parameters(peft_model, adapter)
+    if not named:
+        raise ModelError(f"adapter {adapter!r} has no parameters; check TrainConfig.target_modules")
+    params = list(named.values())
+    for p in params:
+        p.requires_grad_(True)
+    trainable = sum(p.numel() for p in params)
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    per_epoch = math.ceil(len(examples) / cfg.batch_size)
+    group_size = cfg.grad_accum * world  # micro-batches per optimizer step, over all processes
+    steps_per_epoch = math.ceil(per_epoch / group_size)
+    total_steps = steps_per_epoch * cfg.epochs
+    scheduler = get_scheduler("linear", optimizer, num_warmup_steps=int(cfg.warmup_ratio * total_steps),
+                              num_training_steps=total_steps)
+    pad_id = base.tokenizer.pad_token_id
+    lm = peft_model.get_base_model()
+    lengths = [len(e.input_ids) for e in examples]
+
+    bar = None
+    if progress and accelerator.is_main_process:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=total_steps, desc=desc or f"train {adapter}", unit="step", file=sys.stderr,
+                   dynamic_ncols=True, leave=True)
+    curve: list[float] = []
+    term_sums = {t.name: 0.0 for t in terms}
+    tokens = target_tokens = padded = 0
+    step = 0
+    t0 = time.perf_counter()
+    peft_model.train()
+    try:
+        for epoch in range(cfg.epochs):
+            batches = length_grouped_batches(lengths, cfg.batch_size, rng)
+            for k in range(0, len(batches), group_size):
+                group = batches[k:k + group_size]
+                mine = group[rank::world]
+                step_loss = 0.0
+                for idx in mine:
+                    batch = {n: t.to(device) for n, t in collate([examples[i] for i in idx], pad_id).items()}
+                    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+                        logits, labels = target_logits(lm, batch)
+                        loss = torch.nn.functional.cross_entropy(logits.float(), labels)
+                        step_loss += float(loss.detach()) / len(mine)
+                        if terms:
+                            ctx = StepContext(lm, base, batch, logits, labels, step, named)
+                            for term in terms:
+                                value = term(ctx)
+                                term_sums[term.name] += float(value.detach()) / len(mine)
+                                loss = loss + value
+                    accelerator.backward(loss / len(group))
+                    tokens += int(batch["attention_mask"].sum())
+                    target_tokens += int((batch["labels"] != IGNORE_INDEX).sum())
+                    padded += batch["input_ids"].numel()
+                if world > 1:  # every process must apply the same update
+                    for p in params:
+                        if p.grad is None:
+                            p.grad = torch.zeros_like(p)
+                        p.grad = accelerator.reduce(p.grad, reduction="sum")
+                if cfg.max_grad_norm is not None:
+                    torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                curve.append(step_loss)
+                if bar is not None:
+                    rate = tokens * world / max(time.perf_counter() - t0, 1e-9)
+                    bar.set_postfix(epoch=f"{epoch + 1}/{cfg.epochs}", loss=f"{step_loss:.4f}", tok_s=f"{rate:.0f}")
+                    bar.update(1)
+                if on_step is not None:
+                    on_step(step)
+                    peft_model.train()
+                    for p in params:
+                        p.requires_grad_(True)
+    finally:
+        if bar is not None:
+            bar.close()
+        optimizer.zero_grad(set_to_none=True)
+        base.activate(active)  # eval mode, everything frozen
+    wall = time.perf_counter() - t0
+    last = curve[-steps_per_epoch:]
+    return FitResult(steps=len(curve), total_tokens=tokens * world, target_tokens=target_tokens * world,
+                     padded_tokens=padded * world, wall_seconds=round(wall, 3),
+                     final_loss=round(sum(last) / len(last), 5), loss_curve=_downsample(curve),
+                     trainable_parameters=trainable, precision=precision, device=str(device),
+                     term_means={k: round(v / max(1, step), 6) for k, v in term_sums.items()})

@@ -1,0 +1,147 @@
+"""The continual runner on a tiny random model: every method through one loop, resume after a kill, the
+report, config errors."""
+import json
+
+import pytest
+
+from skillbank.config import ConfigError, RunConfig
+from skillbank.continual import runner as runner_mod
+from skillbank.continual.methods import METHODS
+from skillbank.continual.runner import run
+from skillbank.metrics import AccuracyMatrix
+
+ORDER = "T1,T2,T3"  # three stages keep the tests quick
+
+
+def tiny_config(model_dir, methods, **extra):
+    raw = {
+        "name": "tiny", "methods": methods,
+        "stream": {"source": "builtin", "train_per_family": 4, "test_per_family": 2},
+        "base": {"name": str(model_dir)},
+        "train": {"epochs": 1, "batch_size": 4, "rank": 4, "alpha": 8, "target_format": "compact"},
+        "eval": {"orders": [ORDER], "max_new_tokens": 6, "batch_size": 4},
+    }
+    raw.update(extra)
+    return RunConfig.from_dict(raw)
+
+
+def _results_without_timing(record):
+    out = {}
+    for m, orders in record["methods"].items():
+        for o, r in orders.items():
+            out[(m, o)] = {"variants": r["variants"],
+                           "steps": {k: s.get("steps") for k, s in r["training"].items()},
+                           "loss": {k: s.get("final_loss") for k, s in r["training"].items()}}
+    return out
+
+
+def test_every_method_runs_and_fills_the_lower_triangle(tmp_path, tiny_model_dir):
+    cfg = tiny_config(tiny_model_dir, list(METHODS), method_params={"replay": {"per_stage": 2}})
+    messages = []
+    record = run(cfg, tmp_path / "run", say=messages.append, progress=False)
+    out = tmp_path / "run"
+    for name in ("results.json", "config.json", "report.md", "report.html"):
+        assert (out / name).is_file(), name
+    variants = {v for m in record["methods"].values() for r in m.values() for v in r["variants"]}
+    assert variants == set(METHODS) | {"oracle"}
+    for m, orders in record["methods"].items():
+        r = orders[ORDER]
+        for v, vr in r["variants"].items():
+            em = AccuracyMatrix.from_dict(vr["em"])
+            assert em.stages_done == 3
+            assert all(em.cells[t][k] is None for t in range(3) for k in range(t + 1, 3))
+            assert all(em.cells[t][k] is not None for t in range(3) for k in range(t + 1))
+        assert (out / "methods" / m / ORDER / "predictions.jsonl").is_file()
+    fsm = record["methods"]["fsm"][ORDER]["variants"]["fsm"]["summary"]
+    assert fsm["route_per_stage"][0] == 1.0  # one shard: routing cannot fail
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["method_params"]["lwf"] == {"temperature": 2.0, "weight": 1.0}
+    # only the last stage keeps its state; frozen-base references train nothing
+    assert not (out / "methods" / "sft" / ORDER / "stage-01" / "state").exists()
+    assert (out / "methods" / "sft" / ORDER / "stage-03" / "state" / "seq" / "adapter_model.safetensors").is_file()
+    assert record["methods"]["base-skill"][ORDER]["timing"]["train_seconds"] == 0
+    html = (out / "report.html").read_text()
+    assert "data:image/png;base64," in html and "Progressive-LoRA" in html and "<table>" in html
+    assert "| Sequential SFT |" in (out / "report.md").read_text()
+    # the FSM bank is a real bank
+    from skillbank.memory.bank import bank_info
+    assert len(bank_info(out / "methods" / "fsm" / "bank")["shards"]) == 3
+
+
+@pytest.mark.parametrize("method", ["sft", "fsm", "ewc"])
+def test_resume_after_a_kill_ends_with_identical_results(tmp_path, tiny_model_dir, monkeypatch, method):
+    cfg = tiny_config(tiny_model_dir, [method])
+    clean = run(cfg, tmp_path / "clean", progress=False)
+
+    cls = METHODS[method]
+    real_learn = cls.learn
+
+    def dying_learn(self, t, family, records):
+        if t == 3:
+            raise KeyboardInterrupt("killed during stage 3")
+        return real_learn(self, t, family, records)
+
+    monkeypatch.setattr(cls, "learn", dying_learn)
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, tmp_path / "resumed", progress=False)
+    odir = tmp_path / "resumed" / "methods" / method / ORDER
+    assert (odir / "stage-02" / "eval.json").is_file() and not (odir / "stage-03" / "eval.json").exists()
+    monkeypatch.setattr(cls, "learn", real_learn)
+    messages = []
+    resumed = run(cfg, tmp_path / "resumed", say=messages.append, progress=False)
+    assert any("resuming after stage 2" in m for m in messages)
+    assert _results_without_timing(resumed) == _results_without_timing(clean)
+
+
+def test_a_kill_during_evaluation_reuses_the_saved_state(tmp_path, tiny_model_dir, monkeypatch):
+    cfg = tiny_config(tiny_model_dir, ["sft"])
+    real = runner_mod.evaluate_stage
+    calls = {"n": 0}
+
+    def dying_eval(method, t, *a, **k):
+        if t == 2:
+            raise KeyboardInterrupt("killed during evaluation")
+        return real(method, t, *a, **k)
+
+    monkeypatch.setattr(runner_mod, "evaluate_stage", dying_eval)
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, tmp_path / "r", progress=False)
+    monkeypatch.setattr(runner_mod, "evaluate_stage", real)
+    learned = []
+    real_learn = METHODS["sft"].learn
+    monkeypatch.setattr(METHODS["sft"], "learn", lambda self, t, f, r: learned.append(t) or real_learn(self, t, f, r))
+    run(cfg, tmp_path / "r", progress=False)
+    assert learned == [3]  # stage 2 was trained before the kill: its saved state is loaded, not retrained
+
+
+def test_a_run_directory_refuses_another_configuration(tmp_path, tiny_model_dir):
+    cfg = tiny_config(tiny_model_dir, ["base-oracle-fields"])
+    run(cfg, tmp_path / "r", progress=False)
+    other = tiny_config(tiny_model_dir, ["base-oracle-fields"], train={"epochs": 2, "batch_size": 4})
+    with pytest.raises(ConfigError, match="another configuration.*train"):
+        run(other, tmp_path / "r", progress=False)
+    run(other, tmp_path / "r", progress=False, restart=True)  # --restart discards it
+
+
+def test_method_config_errors():
+    with pytest.raises(ConfigError, match="unknown method 'sgd'"):
+        RunConfig.from_dict({"methods": ["sgd"]})
+    with pytest.raises(ConfigError, match=r"method_params.lwf.*temperature"):
+        RunConfig.from_dict({"methods": ["lwf"], "method_params": {"lwf": {"temperature": -1}}})
+    with pytest.raises(ConfigError, match=r"method_params.ewc.*Extra inputs"):
+        RunConfig.from_dict({"methods": ["ewc"], "method_params": {"ewc": {"lambda": 3}}})
+    with pytest.raises(ConfigError, match="not in methods"):
+        RunConfig.from_dict({"methods": ["sft"], "method_params": {"lwf": {"weight": 2}}})
+
+
+def test_report_command_over_two_runs(tmp_path, tiny_model_dir):
+    from typer.testing import CliRunner
+    from skillbank.cli import app
+    run(tiny_config(tiny_model_dir, ["sft"]), tmp_path / "a", progress=False)
+    run(tiny_config(tiny_model_dir, ["progressive"]), tmp_path / "b", progress=False)
+    res = CliRunner().invoke(app, ["report", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "Sequential SFT [tiny]" in md and "Progressive-LoRA [tiny]" in md
+    bad = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert bad.exit_code == 2 and "no results.json" in bad.output
