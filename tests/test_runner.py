@@ -43,7 +43,7 @@ def test_every_method_runs_and_fills_the_lower_triangle(tmp_path, tiny_model_dir
     for name in ("results.json", "config.json", "report.md", "report.html"):
         assert (out / name).is_file(), name
     variants = {v for m in record["methods"].values() for r in m.values() for v in r["variants"]}
-    assert variants == set(METHODS) | {"oracle"}
+    assert variants == set(METHODS) | {"oracle", "sft+address"}
     for m, orders in record["methods"].items():
         r = orders[ORDER]
         for v, vr in r["variants"].items():
@@ -145,3 +145,35 @@ def test_report_command_over_two_runs(tmp_path, tiny_model_dir):
     assert "Sequential SFT [tiny]" in md and "Progressive-LoRA [tiny]" in md
     bad = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert bad.exit_code == 2 and "no results.json" in bad.output
+
+
+def test_diagnostics_trajectory_and_reactivation_controls(tmp_path, tiny_model_dir):
+    from skillbank.continual.diagnostics import control_texts, run_diagnostics
+    cfg = tiny_config(tiny_model_dir, ["sft"])
+    record = run_diagnostics(cfg, tmp_path / "d", eval_requests=2, schedule=(0, 1), progress=False)
+    assert [p["step"] for p in record["trajectory"]] == [0, 1]
+    assert set(record["reactivation_after_second"]) == {
+        "closed_book", "correct_address", "wrong_address_same_family", "unrelated_valid_address",
+        "token_matched_random", "generic_instruction", "frozen_base_correct_address"}
+    for name in ("diagnostics.json", "diagnostics.md", "forgetting_trajectory.png"):
+        assert (tmp_path / "d" / name).is_file()
+    ex = record["examples"][0]
+    assert ex["correct_address"].startswith("Skill address: ")
+    assert ex["wrong_address_same_family"] != ex["correct_address"]
+
+
+def test_control_texts_match_the_address_length(small_stream):
+    import random
+    from transformers import AutoTokenizer
+    from skillbank.continual.diagnostics import control_texts
+    from skillbank.model.base import embedded_tokenizer_dir
+    tok = AutoTokenizer.from_pretrained(embedded_tokenizer_dir())
+    fam_a, fam_b = small_stream.family_keys[:2]
+    rec = small_stream.test[fam_a][0]
+    texts = control_texts(rec, small_stream.catalog.family(fam_a).skills, small_stream.catalog.family(fam_b).skills,
+                          tok, random.Random(0))
+    n = len(tok(texts["correct_address"], add_special_tokens=False)["input_ids"])
+    m = len(tok(texts["token_matched_random"], add_special_tokens=False)["input_ids"])
+    assert n <= m <= n + 3
+    assert all(s in small_stream.catalog.family(fam_b).skills
+               for s in texts["unrelated_valid_address"].removeprefix("Skill address: ").split(", "))

@@ -378,6 +378,32 @@ def report(run_dirs: list[Path] = typer.Argument(..., help="One or more run dire
 
 @app.command()
 @friendly_errors
+def diagnose(config: Path = typer.Option(..., help="Run configuration (TOML): stream, base, recipe, eval."),
+             out_dir: Path = typer.Option(Path("runs/diagnostics"), "--out", help="Output directory (a run directory "
+                                          "is fine: its report then includes the diagnostics)."),
+             first: str = typer.Option("T1", help="Task learned first."),
+             second: str = typer.Option("T2", help="Task learned second (during which T1 is probed)."),
+             eval_requests: int = typer.Option(50, min=1, help="Held-out requests of the first task per probe."),
+             steps: Optional[str] = typer.Option(None, help="Comma list of optimizer steps to probe at "
+                                                 "(default: dense early, sparse later).")):
+    """Access vs execution on sequential SFT: the forgetting trajectory and correct-address reactivation."""
+    from skillbank.config import RunConfig
+    from skillbank.continual.diagnostics import DEFAULT_SCHEDULE, run_diagnostics
+    cfg = RunConfig.from_toml(config)
+    try:
+        schedule = tuple(int(x) for x in steps.split(",")) if steps else DEFAULT_SCHEDULE
+    except ValueError:
+        raise typer.BadParameter(f"--steps must be a comma list of integers, got {steps!r}") from None
+    record = run_diagnostics(cfg, out_dir, first=first, second=second, eval_requests=eval_requests,
+                             schedule=schedule, say=lambda m: err.print(m, highlight=False))
+    h = record["hierarchy"]
+    out.print(f"closed-book zero at step {h['closed_book_zero_at_step']}, +address then "
+              f"{pct(h['address_em_when_closed_book_zero'])}; +address below half at step {h['address_below_half_at_step']}")
+    err.print(f"diagnostics in {out_dir}/ (diagnostics.md, diagnostics.json, forgetting_trajectory.png)")
+
+
+@app.command()
+@friendly_errors
 def demo(out_dir: Path = typer.Option(Path("runs/demo"), "--out", help="Output directory."),
          config: Optional[Path] = typer.Option(None, help="Another config instead of the packaged demo profile.")):
     """The main job: learn the five built-in families in order O1 with the embedded model and report."""

@@ -71,3 +71,69 @@ def trajectories(series: dict[str, Sequence[float]], path: str | Path, title: st
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def line_plot(series: dict[str, Sequence[tuple[float, float]]], path: str | Path, title: str, xlabel: str,
+              ylabel: str = "percent") -> Path:
+    """One line per named series of (x, fraction) points, y in percent."""
+    fig, ax = plt.subplots(figsize=(6.8, 3.8), dpi=120)
+    for name, points in series.items():
+        ax.plot([x for x, _ in points], [100 * y for _, y in points], marker="o", markersize=3, label=name)
+    ax.set_ylim(-2, 105)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+ACCESS_COLOURS = {"diagonal": "#d9d9d9", "retained": "#4daf4a", "addressing-forgotten": "#ffb000",
+                  "execution-forgotten": "#d7301f"}
+
+
+def classify_cell(closed: float, address: float, learned: float, threshold: float = 0.5) -> str:
+    """retained: closed-book keeps >= threshold of the EM right after learning; addressing-forgotten:
+    closed-book lost it but the correct address brings it back (>= threshold); else execution-forgotten."""
+    if learned <= 0:
+        return "execution-forgotten" if address <= 0 and closed <= 0 else "retained"
+    if closed >= threshold * learned:
+        return "retained"
+    if address >= threshold * learned:
+        return "addressing-forgotten"
+    return "execution-forgotten"
+
+
+def access_heatmap(closed: AccuracyMatrix, address: AccuracyMatrix, labels: Sequence[str], path: str | Path,
+                   title: str) -> Path:
+    """Off-diagonal cells show closed-book / +address EM, coloured retained / addressing-forgotten /
+    execution-forgotten (relative to the task's EM right after it was learned)."""
+    from matplotlib.patches import Patch
+
+    n = len(closed.order)
+    fig, ax = plt.subplots(figsize=(1.5 * n + 2.4, 1.1 * n + 1.9), dpi=120)
+    ax.set_xlim(-0.5, n - 0.5)
+    ax.set_ylim(n - 0.5, -0.5)
+    for t in range(n):
+        for k in range(t + 1):
+            c, a = closed.cells[t][k], address.cells[t][k]
+            if c is None or a is None:
+                continue
+            kind = "diagonal" if t == k else classify_cell(c, a, closed.cells[k][k] or 0.0)
+            ax.add_patch(plt.Rectangle((k - 0.5, t - 0.5), 1, 1, color=ACCESS_COLOURS[kind]))
+            ax.text(k, t, f"{100 * c:.0f} / {100 * a:.0f}", ha="center", va="center", fontsize=9)
+    ax.set_xticks(range(n), labels)
+    ax.set_yticks(range(n), [f"after {lab}" for lab in labels])
+    ax.set_xlabel("evaluated task")
+    ax.set_title(title, fontsize=10)
+    ax.legend(handles=[Patch(color=v, label=k) for k, v in ACCESS_COLOURS.items()], fontsize=7,
+              loc="upper right", bbox_to_anchor=(1.0, -0.18), ncol=2)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

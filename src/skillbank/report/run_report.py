@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from skillbank.metrics import AccuracyMatrix
-from skillbank.report.plots import matrix_heatmap, trajectories
+from skillbank.report.plots import access_heatmap, matrix_heatmap, trajectories
 
 # Display order and names: the paper's table reads baselines first, then FSM and its Oracle bound.
 VARIANT_TITLES = {
@@ -39,7 +39,8 @@ def _rows(results: Sequence[dict]) -> list[tuple[str, str, dict]]:
                 for v, vr in r["variants"].items():
                     by_variant.setdefault(v, {})[order] = vr
         rank = {v: i for i, v in enumerate(VARIANT_TITLES)}
-        for v in sorted(by_variant, key=lambda v: rank.get(v, 99)):
+        # "+address" variants are diagnostics (not closed-book): drawn in the access heatmap only.
+        for v in sorted((v for v in by_variant if not v.endswith("+address")), key=lambda v: rank.get(v, 99)):
             rows.append((res.get("name", ""), v, by_variant[v]))
     return rows
 
@@ -48,7 +49,7 @@ def comparison_table(results: Sequence[dict]) -> list[str]:
     labels = results[0]["task_labels"]
     keys = sorted(labels, key=lambda k: labels[k])
     orders = sorted({o for res in results for m in res["methods"].values() for o in m})
-    multi = len(results) > 1
+    multi = len({r.get("name", "") for r in results}) > 1
     lines = []
     for order in orders:
         lines += [f"### Order {order}", "",
@@ -85,6 +86,17 @@ def _figures(results: Sequence[dict], out: Path) -> list[tuple[str, Path]]:
                 png = matrix_heatmap(m, xl, out / f"matrix_{tag}_{v}_{order}.png",
                                      f"{VARIANT_TITLES.get(v, v)}: graph EM a[t][k] (%), order {order}")
                 figs.append((f"{VARIANT_TITLES.get(v, v)}, order {order}", png))
+            for method, per_order in res["methods"].items():
+                vr = per_order.get(order, {}).get("variants", {})
+                if method in vr and f"{method}+address" in vr:
+                    closed = AccuracyMatrix.from_dict(vr[method]["em"])
+                    address = AccuracyMatrix.from_dict(vr[f"{method}+address"]["em"])
+                    png = access_heatmap(closed, address, [labels[k] for k in closed.order],
+                                         out / f"access_{tag}_{method}_{order}.png",
+                                         f"{VARIANT_TITLES.get(method, method)}, order {order}: "
+                                         "closed-book / +correct address EM (%)")
+                    figs.append((f"Access vs execution: {VARIANT_TITLES.get(method, method)}, order {order} "
+                                 "(green retained, amber addressing-forgotten, red execution-forgotten)", png))
             if series:
                 png = trajectories(series, out / f"trajectory_{tag}_{order}.png",
                                    f"task-macro EM over seen tasks after each stage, order {order}",

@@ -30,13 +30,21 @@ from skillbank.train.loop import LossTerm, StepContext, adapter_parameters, coll
 ADAPTER = "seq"
 
 
+class SFTParams(MethodParams):
+    address_probe: bool = Field(True, description="also answer every request with its correct skill address "
+                                                  "appended (variant sft+address): separates lost access from "
+                                                  "lost execution in the report; not a closed-book result")
+
+
 class SequentialSFT(Method):
     name = "sft"
     title = "Sequential SFT"
+    Params = SFTParams
 
     def __init__(self, ctx, params=None):
         super().__init__(ctx, params)
         self.state_id = ""
+        self.on_step = None  # optional callback(step) during training (the forgetting-trajectory diagnostic)
 
     # -- the pieces subclasses change ------------------------------------------------------------------
     def training_records(self, t: int, family: str, records: Sequence[Record]) -> list[Record]:
@@ -56,7 +64,7 @@ class SequentialSFT(Method):
         data = self.training_records(t, family, records)
         examples, dropped = self.examples(data, self.stream_prefix)
         terms = self.loss_terms(t)
-        result = fit(self.base, examples, cfg, adapter=ADAPTER, terms=terms, seed=cfg.seed + t,
+        result = fit(self.base, examples, cfg, adapter=ADAPTER, terms=terms, seed=cfg.seed + t, on_step=self.on_step,
                      progress=self.ctx.progress, desc=f"{self.name} stage {t} {family}")
         self.after_stage(t, family, records)
         self._refresh_state()
@@ -70,7 +78,13 @@ class SequentialSFT(Method):
     def queries(self, t: int, records: Sequence[Record]) -> dict[str, list[Query]]:
         prefix = self.stream_prefix
         fmt = self.ctx.train.target_format
-        return {self.name: [Query(self.state_id, self.closed_book_prompt(r.request), fmt, prefix) for r in records]}
+        out = {self.name: [Query(self.state_id, self.closed_book_prompt(r.request), fmt, prefix) for r in records]}
+        if getattr(self.params, "address_probe", False):
+            from skillbank.continual.diagnostics import address_hint, with_text
+            out[f"{self.name}+address"] = [
+                Query(self.state_id, self.closed_book_prompt(with_text(r.request, address_hint(r.graph.tasks))), fmt, prefix)
+                for r in records]
+        return out
 
     def model_for(self, state: str):
         return self.adapters_active([ADAPTER])
