@@ -137,14 +137,31 @@ def test_method_config_errors():
 def test_report_command_over_two_runs(tmp_path, tiny_model_dir):
     from typer.testing import CliRunner
     from skillbank.cli import app
-    run(tiny_config(tiny_model_dir, ["sft"]), tmp_path / "a", progress=False)
-    run(tiny_config(tiny_model_dir, ["progressive"]), tmp_path / "b", progress=False)
+    run(tiny_config(tiny_model_dir, ["sft"], name="first"), tmp_path / "a", progress=False)
+    run(tiny_config(tiny_model_dir, ["progressive"], name="second"), tmp_path / "b", progress=False)
     res = CliRunner().invoke(app, ["report", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "rep")])
     assert res.exit_code == 0, res.output
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "Sequential SFT [tiny]" in md and "Progressive-LoRA [tiny]" in md
+    assert "Sequential SFT [first]" in md and "Progressive-LoRA [second]" in md
     bad = CliRunner().invoke(app, ["report", str(tmp_path)])
-    assert bad.exit_code == 2 and "no results.json" in bad.output
+    assert bad.exit_code == 2 and "no run.json" in bad.output
+
+
+def test_report_of_a_stopped_run_marks_unfinished_methods(tmp_path, tiny_model_dir, monkeypatch):
+    from skillbank.report.run_report import write_report
+    cfg = tiny_config(tiny_model_dir, ["progressive"])
+    real_learn = METHODS["progressive"].learn
+
+    def dying_learn(self, t, family, records):
+        if t == 3:
+            raise KeyboardInterrupt
+        return real_learn(self, t, family, records)
+
+    monkeypatch.setattr(METHODS["progressive"], "learn", dying_learn)
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, tmp_path / "r", progress=False)
+    md = write_report([tmp_path / "r"]).read_text()
+    assert "Progressive-LoRA (stopped after stage 2)" in md
 
 
 def test_diagnostics_trajectory_and_reactivation_controls(tmp_path, tiny_model_dir):

@@ -311,7 +311,7 @@ def info(bank: Path = typer.Argument(..., help="The bank."), as_json: bool = typ
 
 
 def _run(config_path: Path, out_dir: Path, methods: list[str] | None = None, orders: list[str] | None = None,
-         restart: bool = False, parallel_stages: int | None = None) -> None:
+         restart: bool = False, parallel_stages: int | None = None, report: bool = True) -> None:
     from skillbank.config import RunConfig
     from skillbank.continual.runner import run as run_all
     cfg = RunConfig.from_toml(config_path)
@@ -326,7 +326,7 @@ def _run(config_path: Path, out_dir: Path, methods: list[str] | None = None, ord
     if update:
         cfg = RunConfig.from_dict({**cfg.model_dump(), **{k: (v.model_dump() if hasattr(v, "model_dump") else v)
                                                            for k, v in update.items()}}, where=str(config_path))
-    record = run_all(cfg, out_dir, say=lambda m: err.print(m, highlight=False), restart=restart)
+    record = run_all(cfg, out_dir, say=lambda m: err.print(m, highlight=False), restart=restart, report=report)
     print_run_summary(record)
     err.print(f"results and report in {out_dir}/ (report.md, report.html)")
 
@@ -358,12 +358,14 @@ def run(config: Path = typer.Option(..., help="Run configuration (TOML), e.g. co
         method: Optional[list[str]] = typer.Option(None, "--method", help="Run only these methods (repeatable)."),
         order: Optional[list[str]] = typer.Option(None, "--order", help="Run only these orders (repeatable)."),
         restart: bool = typer.Option(False, help="Discard what the output directory holds and start over."),
-        parallel_stages: Optional[int] = typer.Option(None, help="FSM: train this many stages in parallel processes.")):
+        parallel_stages: Optional[int] = typer.Option(None, help="FSM: train this many stages in parallel processes."),
+        write_report: bool = typer.Option(True, "--report/--no-report", help="Render the report at the end (off "
+                                          "when several processes fill one run directory: run `skillbank report` once).")):
     """Train methods over a benchmark stream, evaluate every prefix, write results and a report.
 
     An interrupted run continues from its last finished stage when rerun with the same --out. Under
     `accelerate launch -m skillbank run ...` training uses every process's GPU."""
-    _run(config, out_dir, method, order, restart, parallel_stages)
+    _run(config, out_dir, method, order, restart, parallel_stages, write_report)
 
 
 @app.command()

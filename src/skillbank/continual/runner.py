@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -136,12 +137,17 @@ class OutputCache:
                                 max_new_tokens=self.max_new_tokens, progress=progress)
             self.generate_seconds += time.perf_counter() - t0
             self.generated += len(items)
-            with open(self.path, "a") as fh:
+            # One write() per line on an O_APPEND descriptor: processes running other orders of the same
+            # method append to this file concurrently without interleaving inside a line.
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
                 for (pk, _), g in zip(items, gens):
                     d = {"state": state, "prompt": pk, "text": g.text, "n_tokens": g.n_tokens,
                          "mean_logprob": g.mean_logprob, "stopped": g.stopped}
                     self.outputs[(state, pk)] = d
-                    fh.write(json.dumps(d, ensure_ascii=False) + "\n")
+                    os.write(fd, (json.dumps(d, ensure_ascii=False) + "\n").encode())
+            finally:
+                os.close(fd)
         return [self.outputs[k] for k in keys]
 
 
@@ -255,6 +261,7 @@ def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrain
                 seen = order[:t]
                 ev = evaluate_stage(method, t, seen, stream, cache, say, rc.progress, keep_predictions=t == len(order))
                 ev["eval_seconds"] = round(time.perf_counter() - t_eval, 2)
+                ev["order"] = order
                 preds = ev.pop("predictions", None)
                 if preds is not None:
                     with open(odir / "predictions.jsonl.tmp", "w") as fh:
@@ -292,10 +299,14 @@ def _lite(summary: dict) -> dict:
 
 
 def collect_method_order(odir: Path, order: list[str]) -> dict:
-    """Rebuild one method-order result from its stage files (so a resumed run reports everything)."""
+    """Rebuild one method-order result from its stage files (so a resumed or stopped run reports what it
+    finished). ``complete`` is False when fewer than all stages were evaluated."""
     variants: dict[str, dict] = {}
     training, eval_seconds = {}, {}
-    for t in range(1, len(order) + 1):
+    done = 0
+    while done < len(order) and (_stage_dir(odir, done + 1) / "eval.json").is_file():
+        done += 1
+    for t in range(1, done + 1):
         sdir = _stage_dir(odir, t)
         ev = json.loads((sdir / "eval.json").read_text())
         tr = json.loads((sdir / "train.json").read_text()) if (sdir / "train.json").is_file() else {}
@@ -306,7 +317,7 @@ def collect_method_order(odir: Path, order: list[str]) -> dict:
             for k, m in e["tasks"].items():
                 d["em"].set(t, k, m["graph_em"])
             d["stages"].append(e)
-    out = {"order": order, "variants": {}, "training": training,
+    out = {"order": order, "variants": {}, "training": training, "stages_done": done, "complete": done == len(order),
            "timing": {"train_seconds": round(sum(float(s.get("wall_seconds", 0) or 0) for s in training.values()), 1),
                       "eval_seconds": round(sum(eval_seconds.values()), 1)}}
     for v, d in variants.items():
@@ -316,14 +327,43 @@ def collect_method_order(odir: Path, order: list[str]) -> dict:
             "macro_em": em.macro(), "bwt": em.bwt(), "diagonal_macro_em": task_macro(em.diagonal().values()),
             "tool_choice": task_macro(m["tool_choice"] for m in final.values()),
             "arg_f1": task_macro(m["arg_f1"] for m in final.values()),
-            "final_em": {k: final[k]["graph_em"] for k in order},
+            "final_em": {k: final[k]["graph_em"] for k in order if k in final},
         }
         if "route_accuracy" in d["stages"][-1]:
             summary["route_accuracy"] = d["stages"][-1]["route_accuracy"]
             summary["route_per_stage"] = [s.get("route_accuracy") for s in d["stages"]]
         out["variants"][v] = {"em": em.to_dict(), "final": final, "summary": summary,
-                              "macro_per_stage": [em.macro(s) for s in range(1, len(order) + 1)]}
+                              "macro_per_stage": [em.macro(s) for s in range(1, done + 1)]}
     return out
+
+
+def load_run(run_dir: str | Path) -> dict:
+    """A run's record for reporting: ``run.json`` (stream, task labels) plus every method and order found
+    on disk, finished or not (a stopped process leaves its finished stages). Raises if ``run_dir`` holds
+    no run."""
+    from skillbank.errors import SkillbankError
+    out = Path(run_dir)
+    meta_path = out / "run.json"
+    if not meta_path.is_file():
+        raise SkillbankError(f"{out} is not a run directory (no run.json; start one with `skillbank run`)")
+    try:
+        record = json.loads(meta_path.read_text())
+        prior = json.loads((out / "results.json").read_text()) if (out / "results.json").is_file() else {}
+        record["config"] = json.loads((out / "config.json").read_text())
+    except json.JSONDecodeError as exc:
+        raise SkillbankError(f"{out}: a run file is not valid JSON ({exc})") from None
+    record["timing"] = prior.get("timing", {"wall_seconds": 0.0})
+    record["process_wall_seconds"] = prior.get("process_wall_seconds", {})
+    methods: dict[str, dict] = {}
+    root = out / "methods"
+    for mdir in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        for odir in sorted(p for p in mdir.iterdir() if p.is_dir() and (p / "stage-01" / "eval.json").is_file()):
+            order = json.loads((odir / "stage-01" / "eval.json").read_text()).get("order")
+            if order is None:
+                continue
+            methods.setdefault(mdir.name, {})[odir.name] = collect_method_order(odir, order)
+    record["methods"] = methods
+    return record
 
 
 # -- the whole run ---------------------------------------------------------------------------------
@@ -333,8 +373,10 @@ def _check_config(out: Path, cfg: RunConfig) -> None:
     new = cfg.resolved()
     if path.is_file():
         old = json.loads(path.read_text())
-        skip = {"methods", "runner", "method_params", "name"}  # adding methods to a run is fine
-        diff = sorted(k for k in set(old) | set(new) if k not in skip and old.get(k) != new.get(k))
+        # Adding methods or orders to a run is fine (another process may run them); anything that changes
+        # what a method learns or how it is evaluated is not.
+        skip = {"methods", "runner", "method_params", "name"}
+        diff = sorted(k for k in set(old) | set(new) if k not in skip and _without_orders(k, old.get(k)) != _without_orders(k, new.get(k)))
         shared = set(old.get("method_params", {})) & set(new.get("method_params", {}))
         diff += [f"method_params.{m}" for m in sorted(shared) if old["method_params"][m] != new["method_params"][m]]
         if diff:
@@ -342,12 +384,35 @@ def _check_config(out: Path, cfg: RunConfig) -> None:
                               f"use another directory or --restart to discard it")
         new["methods"] = list(dict.fromkeys(old.get("methods", []) + new["methods"]))
         new["method_params"] = {**old.get("method_params", {}), **new["method_params"]}
+        new["eval"]["orders"] = list(dict.fromkeys(old["eval"]["orders"] + new["eval"]["orders"]))
     _write_json(path, new)
 
 
+def _without_orders(section: str, value):
+    if section == "eval" and isinstance(value, dict):
+        return {k: v for k, v in value.items() if k != "orders"}
+    return value
+
+
+@contextmanager
+def run_dir_lock(out: Path):
+    """Serialises read-modify-write of a run directory's shared files (config.json, results.json): several
+    ``skillbank run --method M --order O`` processes may fill one run directory at the same time."""
+    import fcntl
+    with open(out / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def run(cfg: RunConfig, out_dir: str | Path, *, say: Say | None = None, progress: bool = True,
-        restart: bool = False) -> dict:
-    """Run every configured method over every configured order; write results and the report."""
+        restart: bool = False, report: bool = True) -> dict:
+    """Run every configured method over every configured order; write results and the report.
+
+    Several processes may run different methods (or orders of a method other than FSM, whose orders
+    share one bank) into the same directory at once; results.json and the report then hold them all."""
     out = Path(out_dir)
     main = _is_main()
     if restart and out.exists() and main:
@@ -355,9 +420,14 @@ def run(cfg: RunConfig, out_dir: str | Path, *, say: Say | None = None, progress
     _barrier()
     out.mkdir(parents=True, exist_ok=True)
     if main:
-        _check_config(out, cfg)
+        with run_dir_lock(out):
+            _check_config(out, cfg)
     t_start = time.perf_counter()
     stream = build_run_stream(cfg)
+    if main and not (out / "run.json").is_file():
+        _write_json(out / "run.json", {"name": cfg.name, "stream": {"name": stream.name, "source": stream.source,
+                                                                    "summary": stream.summary()},
+                                       "task_labels": {k: stream.task_label(k) for k in stream.family_keys}})
     if say:
         say(f"stream {stream.name}: " + ", ".join(f"{v['task']} {v['train']}/{v['test']}"
                                                    for v in stream.summary().values()) + " (train/test per family)")
@@ -377,11 +447,20 @@ def run(cfg: RunConfig, out_dir: str | Path, *, say: Say | None = None, progress
         "timing": {"wall_seconds": round(time.perf_counter() - t_start, 1)},
     }
     if main:
-        # results.json holds every method ever run in this directory (a later run may add methods).
-        prior = json.loads((out / "results.json").read_text()) if (out / "results.json").is_file() else {}
-        record["methods"] = {**prior.get("methods", {}), **methods}
-        _write_json(out / "results.json", record)
         from skillbank.report.run_report import write_report
-        write_report([out], out)
+        with run_dir_lock(out):
+            # results.json holds every method and order run in this directory (by this or another process).
+            prior = json.loads((out / "results.json").read_text()) if (out / "results.json").is_file() else {}
+            merged = dict(prior.get("methods", {}))
+            for name, per_order in methods.items():
+                merged[name] = {**merged.get(name, {}), **per_order}
+            record["methods"] = merged
+            record["config"] = json.loads((out / "config.json").read_text())
+            walls = dict(prior.get("process_wall_seconds", {}))
+            walls[",".join(f"{m}:{o}" for m in methods for o in methods[m])] = record["timing"]["wall_seconds"]
+            record["process_wall_seconds"] = walls
+            _write_json(out / "results.json", record)
+            if report:
+                write_report([out], out)
     _barrier()
     return record

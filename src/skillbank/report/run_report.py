@@ -60,6 +60,9 @@ def comparison_table(results: Sequence[dict]) -> list[str]:
                 continue
             s = per_order[order]["summary"]
             name = VARIANT_TITLES.get(v, v) + (f" [{run}]" if multi else "")
+            done = len(per_order[order]["macro_per_stage"])
+            if done < len(keys):
+                name += f" (stopped after stage {done})"
             bwt = s["bwt"]
             lines.append(f"| {name} | {_pct(s['tool_choice'])} | {_pct(s['arg_f1'])} | "
                          + " | ".join(_pct(s["final_em"].get(k)) for k in keys)
@@ -69,39 +72,42 @@ def comparison_table(results: Sequence[dict]) -> list[str]:
 
 
 def _figures(results: Sequence[dict], out: Path) -> list[tuple[str, Path]]:
+    """Per order: one trajectory plot of every variant, a heatmap per variant, access heatmaps."""
     figs = []
-    for res in results:
-        labels = res["task_labels"]
-        tag = res.get("name", "run")
-        orders = sorted({o for m in res["methods"].values() for o in m})
-        for order in orders:
-            series, xl = {}, None
-            for run, v, per_order in _rows([res]):
-                if order not in per_order:
-                    continue
-                vr = per_order[order]
-                m = AccuracyMatrix.from_dict(vr["em"])
-                xl = [labels[k] for k in m.order]
-                series[VARIANT_TITLES.get(v, v)] = vr["macro_per_stage"]
-                png = matrix_heatmap(m, xl, out / f"matrix_{tag}_{v}_{order}.png",
-                                     f"{VARIANT_TITLES.get(v, v)}: graph EM a[t][k] (%), order {order}")
-                figs.append((f"{VARIANT_TITLES.get(v, v)}, order {order}", png))
+    labels = results[0]["task_labels"]
+    names = sorted({r.get("name", "") for r in results})
+    orders = sorted({o for res in results for m in res["methods"].values() for o in m})
+    for order in orders:
+        series, xl, order_figs = {}, None, []
+        for run, v, per_order in _rows(results):
+            if order not in per_order:
+                continue
+            tag = f"{run}_" if len(names) > 1 else ""
+            title = VARIANT_TITLES.get(v, v) + (f" [{run}]" if len(names) > 1 else "")
+            vr = per_order[order]
+            m = AccuracyMatrix.from_dict(vr["em"])
+            xl = [labels[k] for k in m.order]
+            series[title] = vr["macro_per_stage"]
+            png = matrix_heatmap(m, xl, out / f"matrix_{tag}{v}_{order}.png", f"{title}: graph EM a[t][k] (%), order {order}")
+            order_figs.append((f"{title}, order {order}", png))
+        for res in results:
             for method, per_order in res["methods"].items():
                 vr = per_order.get(order, {}).get("variants", {})
                 if method in vr and f"{method}+address" in vr:
                     closed = AccuracyMatrix.from_dict(vr[method]["em"])
                     address = AccuracyMatrix.from_dict(vr[f"{method}+address"]["em"])
                     png = access_heatmap(closed, address, [labels[k] for k in closed.order],
-                                         out / f"access_{tag}_{method}_{order}.png",
+                                         out / f"access_{method}_{order}.png",
                                          f"{VARIANT_TITLES.get(method, method)}, order {order}: "
                                          "closed-book / +correct address EM (%)")
-                    figs.append((f"Access vs execution: {VARIANT_TITLES.get(method, method)}, order {order} "
-                                 "(green retained, amber addressing-forgotten, red execution-forgotten)", png))
-            if series:
-                png = trajectories(series, out / f"trajectory_{tag}_{order}.png",
-                                   f"task-macro EM over seen tasks after each stage, order {order}",
-                                   ylabel="macro EM (%)", xlabels=xl)
-                figs.insert(0, (f"Trajectories, order {order}", png))
+                    order_figs.insert(0, (f"Access vs execution: {VARIANT_TITLES.get(method, method)}, order {order} "
+                                          "(green retained, amber addressing-forgotten, red execution-forgotten)", png))
+        if series:
+            png = trajectories(series, out / f"trajectory_{order}.png",
+                               f"task-macro EM over seen tasks after each stage, order {order}",
+                               ylabel="macro EM (%)", xlabels=xl)
+            order_figs.insert(0, (f"Trajectories, order {order}", png))
+        figs += order_figs
     return figs
 
 
@@ -132,6 +138,17 @@ def _route_lines(results: Sequence[dict]) -> list[str]:
     return lines + ([""] if lines else [])
 
 
+def _wall_line(results: Sequence[dict]) -> str:
+    parts = []
+    for r in results:
+        walls = r.get("process_wall_seconds") or {"": r["timing"]["wall_seconds"]}
+        if len(walls) > 1:
+            parts.append(f"{r.get('name', '')}: {len(walls)} processes, the longest {max(walls.values()) / 60:.1f} min")
+        else:
+            parts.append(f"{r.get('name', '')}: {next(iter(walls.values())) / 60:.1f} min")
+    return "Wall time " + "; ".join(parts) + "."
+
+
 def extra_sections(run_dir: Path) -> list[str]:
     """Sections other tools add to a run directory (``selectors.md``, ``diagnostics.md``), included as-is."""
     lines = []
@@ -147,16 +164,12 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     the first run directory). Returns the markdown path."""
     from skillbank.errors import SkillbankError
 
+    from skillbank.continual.runner import load_run
+
     dirs = [Path(d) for d in run_dirs]
-    results = []
-    for d in dirs:
-        p = d / "results.json"
-        if not p.is_file():
-            raise SkillbankError(f"{d} is not a finished run directory (no results.json)")
-        try:
-            results.append(json.loads(p.read_text()))
-        except json.JSONDecodeError as exc:
-            raise SkillbankError(f"{p}: not valid JSON ({exc})") from None
+    results = [load_run(d) for d in dirs]
+    if not any(r["methods"] for r in results):
+        raise SkillbankError(f"{', '.join(map(str, dirs))}: no finished stage to report yet")
     out = Path(out_dir) if out_dir else dirs[0]
     out.mkdir(parents=True, exist_ok=True)
     first = results[0]
@@ -168,8 +181,7 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
              + " train/held-out requests per family. Base `" + cfg["base"]["name"] + f"` ({cfg['base']['dtype']}); "
              f"LoRA r{tr['rank']} (alpha {tr['alpha']}) on {', '.join(tr['target_modules'])}, {tr['epochs']} epoch(s), "
              f"lr {tr['lr']}, batch {tr['batch_size']}, target format `{tr['target_format']}`; greedy decoding, cap "
-             f"{cfg['eval']['max_new_tokens']} tokens. Wall time of the last invocation: "
-             + ", ".join(f"{r.get('name', '')} {r['timing']['wall_seconds'] / 60:.1f} min" for r in results) + ".", "",
+             f"{cfg['eval']['max_new_tokens']} tokens. " + _wall_line(results), "",
              "Graph exact match (EM, %) on every family's held-out requests after the last stage, closed-book "
              "(only the raw request) except the two frozen-base references; BWT = mean over earlier tasks of "
              "final EM minus EM right after learning it (points; negative = forgetting). Method hyperparameters: "
