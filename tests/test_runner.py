@@ -194,3 +194,61 @@ def test_control_texts_match_the_address_length(small_stream):
     assert n <= m <= n + 3
     assert all(s in small_stream.catalog.family(fam_b).skills
                for s in texts["unrelated_valid_address"].removeprefix("Skill address: ").split(", "))
+
+
+def test_two_processes_train_like_one_with_gradient_accumulation(tmp_path, tiny_model_dir):
+    """The scale-out path: torchrun/accelerate launch with 2 processes (gloo on CPU) splits each optimizer
+    step's micro-batches and averages gradients, so it must match 1 process with grad_accum=2."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import torch
+    from safetensors.torch import load_file
+
+    def config(path, accum):
+        path.write_text(f'''
+name = "ddp"
+methods = ["sft"]
+[method_params.sft]
+address_probe = false
+[stream]
+source = "builtin"
+train_per_family = 8
+test_per_family = 1
+[base]
+name = "{tiny_model_dir}"
+threads = 1
+[train]
+epochs = 1
+batch_size = 2
+grad_accum = {accum}
+dropout = 0.0
+rank = 4
+alpha = 8.0
+target_format = "compact"
+[eval]
+orders = ["T1,T2"]
+max_new_tokens = 4
+[runner]
+keep_states = true
+''')
+        return path
+
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    two = subprocess.run([str(torchrun), "--nproc_per_node", "2", "-m", "skillbank", "run", "--config",
+                          str(config(tmp_path / "two.toml", 1)), "--out", str(tmp_path / "two"), "--no-report"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert two.returncode == 0, two.stderr[-2000:]
+    one = subprocess.run([sys.executable, "-m", "skillbank", "run", "--config", str(config(tmp_path / "one.toml", 2)),
+                          "--out", str(tmp_path / "one"), "--no-report"], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert one.returncode == 0, one.stderr[-2000:]
+    rel = Path("methods/sft/T1,T2/stage-02/state/seq/adapter_model.safetensors")
+    a, b = load_file(str(tmp_path / "two" / rel)), load_file(str(tmp_path / "one" / rel))
+    assert a.keys() == b.keys()
+    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+    summary = json.loads((tmp_path / "two" / "methods/sft/T1,T2/stage-01/train.json").read_text())
+    assert summary["steps"] == 2  # 8 examples, batches of 2, 2 micro-batches per step

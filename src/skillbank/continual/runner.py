@@ -82,13 +82,13 @@ def _write_json(path: Path, obj) -> None:
 
 
 def _is_main() -> bool:
-    from accelerate import PartialState
-    return PartialState().is_main_process
+    from skillbank.train.loop import process_state
+    return process_state().is_main_process
 
 
 def _barrier() -> None:
-    from accelerate import PartialState
-    PartialState().wait_for_everyone()
+    from skillbank.train.loop import process_state
+    process_state().wait_for_everyone()
 
 
 # -- the output cache ------------------------------------------------------------------------------

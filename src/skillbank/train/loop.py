@@ -42,6 +42,13 @@ PRECISIONS = ("auto", "fp32", "bf16")
 
 
 # -- pieces ------------------------------------------------------------------------------------
+def process_state():
+    """accelerate's process group state (one process, or several under ``accelerate launch``/torchrun).
+    ``cpu=True`` where there is no GPU: without it accelerate ignores a CPU process group (gloo)."""
+    from accelerate import PartialState
+    return PartialState(cpu=not torch.cuda.is_available())
+
+
 def resolve_precision(precision: str, device: torch.device) -> str:
     """"auto" -> "bf16" where bfloat16 matmuls are fast (CUDA with bf16, or a CPU with AVX512-BF16/AMX)."""
     if precision != "auto":
@@ -225,6 +232,7 @@ def fit(base: LoadedBase, examples: Sequence[Example], cfg, *, adapter: str, act
     # Accelerator picks the device (CUDA when present), knows the process group, and runs backward;
     # autocast is applied directly rather than through Accelerator(mixed_precision=...), whose
     # process-wide state cannot change between two trainings in one process.
+    process_state()  # the shared state first, so Accelerator sees the process group
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
     world, rank = accelerator.num_processes, accelerator.process_index
     peft_model = base.activate(active)
