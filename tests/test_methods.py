@@ -48,8 +48,9 @@ def test_lwf_teacher_is_a_frozen_copy_and_only_the_student_gets_gradients(base, 
     for n, p in student.items():
         assert torch.equal(p, teacher[n.replace(f".{ADAPTER}.", ".teacher.")])
     examples, _ = build_examples(base, small_stream.train[fam][:2], CFG, method.stream_prefix)
-    batch = collate(examples, base.tokenizer.pad_token_id)
     peft = base.activate([ADAPTER])
+    device = next(peft.parameters()).device
+    batch = {k: v.to(device) for k, v in collate(examples, base.tokenizer.pad_token_id).items()}
     for p in student.values():
         p.requires_grad_(True)
     lm = peft.get_base_model()
@@ -149,6 +150,7 @@ def test_progressive_stacks_frozen_adapters_and_runs_them_all(base, small_stream
     assert method.adapters == ["stage-1", "stage-2"] and method.state_id != state1
     batch = collate(build_examples(base, small_stream.test[f1][:1], CFG, method.stream_prefix)[0],
                     base.tokenizer.pad_token_id)
+    batch = {k: v.to(next(base.peft.parameters()).device) for k, v in batch.items()}
     with method.model_for(method.state_id) as model:
         assert list(model.base_model.active_adapters) == ["stage-1", "stage-2"]
         both = model(input_ids=batch["input_ids"]).logits

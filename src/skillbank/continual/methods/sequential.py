@@ -233,8 +233,14 @@ class EWCPenalty(LossTerm):
 
     def __init__(self, fisher: dict[str, torch.Tensor], anchor: dict[str, torch.Tensor], lam: float):
         self.fisher, self.anchor, self.lam = fisher, anchor, lam
+        self._on: torch.device | None = None
 
     def __call__(self, ctx: StepContext) -> torch.Tensor:
+        device = next(iter(ctx.trainable.values())).device
+        if self._on != device:  # once, not every step: the Fisher and anchor are as large as the adapter
+            self.fisher = {n: f.to(device) for n, f in self.fisher.items()}
+            self.anchor = {n: a.to(device) for n, a in self.anchor.items()}
+            self._on = device
         return ewc_penalty(ctx.trainable, self.fisher, self.anchor, self.lam)
 
 
