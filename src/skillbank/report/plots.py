@@ -54,7 +54,7 @@ def matrix_heatmap(matrix: AccuracyMatrix, labels: Sequence[str], path: str | Pa
 def trajectories(series: dict[str, Sequence[float]], path: str | Path, title: str, ylabel: str = "percent",
                  xlabels: Sequence[str] | None = None) -> Path:
     """One line per named series over stages (e.g. macro EM and route accuracy after each stage)."""
-    fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=120)
+    fig, ax = plt.subplots(figsize=(6.4 if len(series) <= 3 else 8.6, 3.8), dpi=120)
     for name, values in series.items():
         xs = list(range(1, len(values) + 1))
         ax.plot(xs, [100 * v for v in values], marker="o", label=name)
@@ -65,7 +65,10 @@ def trajectories(series: dict[str, Sequence[float]], path: str | Path, title: st
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if len(series) <= 3:
+        ax.legend(fontsize=8)
+    else:  # many methods: keep the legend off the lines
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path)
