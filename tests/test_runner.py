@@ -252,3 +252,18 @@ keep_states = true
     assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
     summary = json.loads((tmp_path / "two" / "methods/sft/T1,T2/stage-01/train.json").read_text())
     assert summary["steps"] == 2  # 8 examples, batches of 2, 2 micro-batches per step
+
+
+def test_parallel_fsm_stages_build_the_same_bank(tmp_path, tiny_model_dir):
+    """--parallel-stages: FSM's executors trained in worker processes equal the ones trained in turn."""
+    from skillbank.memory.bank import read_manifest
+    seq = run(tiny_config(tiny_model_dir, ["fsm"]), tmp_path / "seq", progress=False)
+    par_cfg = tiny_config(tiny_model_dir, ["fsm"], runner={"parallel_stages": 2})
+    par = run(par_cfg, tmp_path / "par", progress=False)
+    digests = {}
+    for name in ("seq", "par"):
+        manifest = read_manifest(tmp_path / name / "methods" / "fsm" / "bank")
+        digests[name] = {s.name: s.digests["adapter_model.safetensors"] for s in manifest.shards}
+    assert len(digests["par"]) == 3 and digests["par"] == digests["seq"]
+    assert (tmp_path / "par" / "methods" / "fsm" / "pretrained").is_dir()
+    assert _results_without_timing(par)[("fsm", ORDER)]["variants"] == _results_without_timing(seq)[("fsm", ORDER)]["variants"]

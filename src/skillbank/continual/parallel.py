@@ -26,15 +26,18 @@ def _family_prefix(stream: Stream, family: str) -> str:
     return common_prefix(sorted(stream.catalog.family(family).skills))
 
 
-def _train_one(cfg_dict: dict, family: str, records: list, prefix: str, target: str, device: str | None) -> str:
+def _train_one(cfg_dict: dict, family: str, records: list, prefix: str, target: str, device: str | None,
+               threads: int | None) -> str:
     from skillbank.model.base import load_base
     from skillbank.train.executor import train_executor
 
     cfg = RunConfig.model_validate(cfg_dict)
     base_cfg = cfg.base_config()
+    from dataclasses import replace
     if device is not None:
-        from dataclasses import replace
         base_cfg = replace(base_cfg, device=device)
+    if threads is not None and base_cfg.threads is None:
+        base_cfg = replace(base_cfg, threads=threads)  # workers share the cores instead of each taking all
     base = load_base(base_cfg, progress=False)
     _, summary = train_executor(base, records, cfg.train_config(), adapter_name=family, family_prefix=prefix,
                                 progress=False)
@@ -61,7 +64,8 @@ def pretrain_fsm_stages(cfg: RunConfig, stream: Stream, fsm_dir: Path,
         done_in_bank = {s.name for s in read_manifest(fsm_dir / "bank").shards}
     root = fsm_dir / "pretrained"
     root.mkdir(parents=True, exist_ok=True)
-    todo = [f for f in stream.family_keys if f not in done_in_bank and not (root / f / "training.json").is_file()]
+    wanted = list(dict.fromkeys(f for o in cfg.eval.orders for f in stream.order(o)))
+    todo = [f for f in wanted if f not in done_in_bank and not (root / f / "training.json").is_file()]
     if todo:
         workers = min(cfg.runner.parallel_stages, len(todo))
         gpus = torch.cuda.device_count()
@@ -73,10 +77,11 @@ def pretrain_fsm_stages(cfg: RunConfig, stream: Stream, fsm_dir: Path,
             futures = []
             for i, fam in enumerate(todo):
                 device = f"cuda:{i % gpus}" if gpus else None
+                threads = None if gpus else max(1, (os.cpu_count() or 1) // workers)
                 futures.append(pool.submit(_train_one, cfg.model_dump(), fam, stream.train[fam],
-                                           _family_prefix(stream, fam), str(root / fam), device))
+                                           _family_prefix(stream, fam), str(root / fam), device, threads))
             for fut in as_completed(futures):
                 fam = fut.result()
                 if say:
                     say(f"  fsm: {stream.task_label(fam)} {fam} trained")
-    return {f: root / f for f in stream.family_keys if (root / f / "training.json").is_file()}
+    return {f: root / f for f in wanted if (root / f / "training.json").is_file()}
