@@ -1,0 +1,184 @@
+"""Engines turn a batch of routed jobs into outputs: locally on the one loaded base, or through an upstream server.
+
+:class:`LocalEngine` owns the model. Every model operation - generating a batch, attaching a newly published
+shard - runs on its single worker thread, so they never interleave (PEFT's active adapter is global state
+of the model). A batch may hold rows for several shards: rows are ordered by shard and decoded in one pass
+with PEFT's mixed-adapter batches (``adapter_names``), where the base weights run once for the whole batch
+and each LoRA shard only on its own rows. A batch of one shard takes the ordinary single-adapter path, which
+is exactly what ``SkillBank.plan`` runs.
+
+:class:`UpstreamEngine` keeps routing here and sends each job to an OpenAI-compatible server (vLLM with the
+shards loaded as LoRA modules, or another ``skillbank serve``), naming the routed shard as the model.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from skillbank.graph import ParseResult, parse_graph
+from skillbank.memory.bank import ShardEntry
+from skillbank.model.generate import generate
+from skillbank.model.prompts import USER_TEMPLATE, prompt_ids, render_prompt
+from skillbank.model.serialization import decode
+
+
+class UpstreamError(Exception):
+    """The upstream server failed or refused; ``status`` is the HTTP status this service should answer."""
+
+    def __init__(self, message: str, status: int = 502):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Job:
+    """One request on its way through the queue. ``future`` resolves to an :class:`Output`."""
+
+    request: str
+    shard: str
+    entry: ShardEntry
+    probabilities: dict[str, float]
+    route_s: float
+    max_new_tokens: int
+    future: asyncio.Future
+    prompt_tokens: int = 0
+    enqueued: float = field(default_factory=time.perf_counter)
+    cancelled: bool = False  # the client left or timed out: drop it if it has not started yet
+
+
+@dataclass(frozen=True)
+class Output:
+    """What generating one job produced. ``batch_size`` counts the rows generated together with it."""
+
+    text: str
+    parsed: ParseResult
+    n_tokens: int
+    stopped: bool
+    started: float  # perf_counter when its batch began
+    generate_s: float
+    batch_size: int
+
+
+def parse_output(text: str, entry: ShardEntry) -> ParseResult:
+    """Parse an executor's text written in the shard's target format. An upstream ``skillbank serve`` answers
+    with the canonical JSON graph whatever its shards' training format, so JSON is accepted as well."""
+    parsed = decode(text, entry.target_format, entry.family_prefix)
+    if parsed.graph is None and entry.target_format != "json":
+        alt = parse_graph(text)
+        if alt.graph is not None:
+            return alt
+    return parsed
+
+
+class LocalEngine:
+    """Generation on the base model held in this process, on one worker thread."""
+
+    concurrent = False  # one batch at a time: the collector waits for it (requests keep queueing meanwhile)
+
+    def __init__(self, execution):
+        self.execution = execution
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="skillbank-engine")
+
+    @property
+    def tokenizer(self):
+        return self.execution.base.tokenizer
+
+    def context_limit(self) -> int:
+        return self.execution.context_limit()
+
+    def prompt_tokens(self, request: str, entry: ShardEntry) -> int:
+        return len(prompt_ids(self.tokenizer, request, entry.system_prompt))
+
+    async def call(self, fn: Callable, *args) -> Any:
+        """Run ``fn(*args)`` on the engine thread (serialised with batches)."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+
+    async def run(self, jobs: Sequence[Job]) -> list[Output]:
+        return await self.call(self.generate_batch, list(jobs))
+
+    def generate_batch(self, jobs: list[Job]) -> list[Output]:
+        started = time.perf_counter()
+        base, tok = self.execution.base, self.tokenizer
+        names = [j.shard for j in jobs]
+        prompts = [render_prompt(tok, j.request, j.entry.system_prompt) for j in jobs]
+        model = base.activate(names[0])  # also puts the model in eval mode, which mixed batches require
+        mixed = len(set(names)) > 1
+        gens = generate(model, tok, prompts, batch_size=len(jobs), max_new_tokens=max(j.max_new_tokens for j in jobs),
+                        stats=self.execution.stats, adapter_names=names if mixed else None)
+        took = time.perf_counter() - started
+        return [Output(g.text, parse_output(g.text, j.entry), g.n_tokens, g.stopped, started, took, len(jobs))
+                for j, g in zip(jobs, gens)]
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=False, cancel_futures=True)
+
+
+class UpstreamEngine:
+    """Generation by an OpenAI-compatible server; this process loads no model."""
+
+    concurrent = True  # the upstream batches by itself: send every job at once
+
+    def __init__(self, url: str, timeout_s: float):
+        import httpx
+
+        self.url = url
+        self.client = httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(timeout_s, connect=10.0))
+
+    def context_limit(self) -> int:
+        return 0  # unknown here; the upstream refuses what does not fit
+
+    def prompt_tokens(self, request: str, entry: ShardEntry) -> int:
+        return 0
+
+    async def call(self, fn: Callable, *args) -> Any:
+        return fn(*args)  # nothing model-side to serialise with
+
+    async def run(self, jobs: Sequence[Job]) -> list[Output]:
+        return list(await asyncio.gather(*(self._one(j, len(jobs)) for j in jobs)))
+
+    async def _one(self, job: Job, batch_size: int) -> Output:
+        import httpx
+
+        body = {"model": job.shard, "temperature": 0, "max_tokens": job.max_new_tokens,
+                "messages": [{"role": "system", "content": job.entry.system_prompt},
+                             {"role": "user", "content": USER_TEMPLATE.format(request=job.request)}]}
+        started = time.perf_counter()
+        try:
+            resp = await self.client.post("/v1/chat/completions", json=body)
+        except httpx.TimeoutException:
+            raise UpstreamError(f"upstream {self.url} did not answer in time", 504) from None
+        except httpx.HTTPError as exc:
+            raise UpstreamError(f"upstream {self.url} unreachable: {type(exc).__name__}: {exc}", 502) from None
+        if resp.status_code != 200:
+            raise UpstreamError(f"upstream {self.url} answered {resp.status_code}: {_error_text(resp)}", 502)
+        try:
+            data = resp.json()
+            choice = data["choices"][0]
+            text = choice["message"]["content"] or ""
+            usage = data.get("usage") or {}
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise UpstreamError(f"upstream {self.url} sent a reply that is not an OpenAI chat completion", 502) from None
+        return Output(text, parse_output(text, job.entry), int(usage.get("completion_tokens") or 0),
+                      choice.get("finish_reason") != "length", started, time.perf_counter() - started, batch_size)
+
+    def close(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def _error_text(resp) -> str:
+    try:
+        data = resp.json()
+        err = data.get("error") if isinstance(data, dict) else None
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if isinstance(data, dict) and data.get("detail"):
+            return str(data["detail"])
+    except ValueError:
+        pass
+    return resp.text[:200]
