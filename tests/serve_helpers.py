@@ -3,6 +3,7 @@ that holds the engine mid-batch (to observe queueing, back-pressure, timeouts an
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -78,12 +79,15 @@ def live_server(app):
 
 
 @contextlib.contextmanager
-def serve_process(bank: Path, *args: str):
-    """``skillbank serve BANK`` as a separate process on a free loopback port."""
+def serve_process(bank: Path, *args: str, token: str | None = None):
+    """``skillbank serve BANK`` as a separate process on a free loopback port (``token``: its admin token)."""
     port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "SKILLBANK_ADMIN_TOKEN"}
+    if token:
+        env["SKILLBANK_ADMIN_TOKEN"] = token
     proc = subprocess.Popen([sys.executable, "-m", "skillbank", "serve", str(bank), "--port", str(port),
                              "--log-level", "warning", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, 180, proc)

@@ -327,3 +327,37 @@ def test_batcher_drops_cancelled_jobs_before_generation():
 
     seen, out = asyncio.run(scenario())
     assert seen == [["a", "c"]] and out == ["A", "C"]
+
+
+def test_shrinking_decode_matches_generate_when_rows_stop_early(client, small_stream, monkeypatch):
+    """Rows that stop leave the batch; the others' outputs stay exactly those of model.generate."""
+    import importlib
+
+    import torch
+
+    from skillbank.model.prompts import stop_token_ids
+    from skillbank.serve import decode as dec_mod
+    gen_mod = importlib.import_module("skillbank.model.generate")
+    k1, k2 = small_stream.family_keys[:2]
+    svc = service_of(client.app)
+    base, tok = svc.engine.execution.base, svc.engine.tokenizer
+    # The tiny random model answers every chat-templated prompt alike (the template's last tokens decide),
+    # so use raw text prompts: each row then repeats a token of its own.
+    prompts = ["book a flight to Paris", "translate this", "9 9 9 9 hello", "What is the weather like in Lisbon",
+               "zebra", "Ana"]
+    names = [k1, k2, k1, k2, k1, k2]
+    first = []
+    with torch.inference_mode():
+        for p, n in zip(prompts, names):
+            ids = torch.tensor([tok(p, add_special_tokens=False)["input_ids"]])
+            first.append(int(base.activate(n)(input_ids=ids).logits[0, -1].argmax()))
+    stops = stop_token_ids(tok, base.model) + [first[0], first[3]]  # rows 0 and 3 (and any alike) stop at once
+    monkeypatch.setattr(dec_mod, "stop_token_ids", lambda *a: stops)
+    monkeypatch.setattr(gen_mod, "stop_token_ids", lambda *a: stops)
+    mine = dec_mod.greedy_shrinking(base.activate(k1), tok, prompts, max_new_tokens=12, adapter_names=names)
+    assert mine[0].n_tokens == 1 and mine[0].stopped and len({d.n_tokens for d in mine}) > 1
+    ref = []
+    for p, n in zip(prompts, names):
+        [g] = gen_mod.generate(base.activate(n), tok, [p], batch_size=1, max_new_tokens=12)
+        ref.append((g.text, g.n_tokens, g.stopped))
+    assert [(d.text, d.n_tokens, d.stopped) for d in mine] == ref

@@ -170,3 +170,24 @@ def test_killed_learn_job_leaves_the_served_bank_unchanged(tmp_path, two_family_
         wait_for(lambda: service_of(app).learner.jobs[job2["job"]].finished is not None, 600, "the second job")
         assert c.get(f"/v1/families/{job2['job']}", headers=AUTH).json()["state"] == "done"
         assert [m["id"] for m in c.get("/v1/models").json()["data"]] == ["skillbank", k1, k2, k3]
+
+
+def test_reload_picks_up_a_family_learned_by_another_process(tmp_path, two_family_bank, tiny_model_dir, small_stream):
+    from serve_helpers import CFG
+
+    from skillbank.memory.bank import SkillBank
+    k1, k2, k3 = small_stream.family_keys[:3]
+    bank = copy_bank(two_family_bank, tmp_path / "bank")
+    app = app_for(bank, tiny_model_dir)
+    with TestClient(app) as c:
+        before = plan_all(c, [small_stream.test[k1][0].request])
+        # `skillbank learn` on the same directory, as another process would do it
+        other = SkillBank.open(bank, base=fresh_base(tiny_model_dir))
+        other.learn(k3, small_stream.train[k3], CFG, catalog=small_stream.catalog, progress=False)
+        assert [m["id"] for m in c.get("/v1/models").json()["data"]] == ["skillbank", k1, k2]  # not yet
+        assert c.post("/v1/reload").status_code == 401
+        shards = c.post("/v1/reload", headers=AUTH).json()
+        assert [s["name"] for s in shards["shards"]] == [k1, k2, k3] and shards["version"] == 2
+        after = plan_all(c, [small_stream.test[k1][0].request])
+        assert set(after[0]["probabilities"]) == {k1, k2, k3} and before[0]["shard"] in (k1, k2)
+        assert c.post("/v1/reload", headers=AUTH).json()["version"] == 2  # nothing new: unchanged

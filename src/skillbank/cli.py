@@ -329,22 +329,29 @@ def serve(
     no_batching: bool = typer.Option(False, "--no-batching", help="Generate every request alone (the baseline)."),
     upstream: Optional[str] = typer.Option(None, help="OpenAI-compatible server that generates (vLLM: see "
                                            "`skillbank export vllm`); routing stays here, no model is loaded."),
+    threads: Optional[int] = typer.Option(None, help="Torch threads of the served model (default: all cores, max 8)."),
     learn_threads: Optional[int] = typer.Option(None, help="Torch threads of a background learn job."),
     log_level: str = typer.Option("info", help="uvicorn log level."),
 ):
     """Serve a bank over HTTP: /v1/plan, /v1/chat/completions (OpenAI), /v1/models, /metrics, a playground at /.
 
     Learning over HTTP (POST /v1/families) is enabled only when $SKILLBANK_ADMIN_TOKEN is set."""
-    import uvicorn
+    try:
+        import uvicorn
+
+        from skillbank.serve.app import create_app
+    except ImportError as exc:
+        raise typer.BadParameter(f"the service needs its extra dependencies ({exc.name} is missing): "
+                                 "pip install 'skillbank[serve]'")
     from pydantic import ValidationError
 
-    from skillbank.serve.app import create_app
     from skillbank.serve.config import ServeConfig
     try:
         cfg = ServeConfig.from_env(host=host, port=port, batching=not no_batching, batch_window_ms=batch_window_ms,
                                    max_batch=max_batch, queue_size=queue_size, timeout_s=timeout_s,
                                    max_request_chars=max_request_chars, max_list=max_list,
-                                   max_new_tokens=max_new_tokens, upstream=upstream, learn_threads=learn_threads)
+                                   max_new_tokens=max_new_tokens, upstream=upstream, threads=threads,
+                                   learn_threads=learn_threads)
     except ValidationError as exc:
         raise typer.BadParameter("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
     application = create_app(bank, cfg)

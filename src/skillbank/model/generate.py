@@ -84,14 +84,11 @@ def _left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.T
 @torch.inference_mode()
 def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
              max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, progress: bool = False,
-             stats: GenerationStats | None = None, adapter_names: Sequence[str] | None = None) -> list[Generation]:
+             stats: GenerationStats | None = None) -> list[Generation]:
     """Greedy-decode every rendered prompt string (see ``prompts.render_prompt``); outputs in input order.
 
     batch_size: prompts decoded together (rows that finish early idle until the batch ends).
     stats: when given, totals are added to it.
-    adapter_names: one LoRA adapter name per prompt, for a ``peft.PeftModel``: rows of one batch may then
-        use different adapters (PEFT's mixed-adapter batches: the base weights run once for the whole batch,
-        each adapter only on its own rows). None = the active adapter for every row.
     """
     from transformers import GenerationConfig, LogitsProcessorList
 
@@ -102,8 +99,6 @@ def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
     prompts = list(prompts)
     if not prompts:
         return []
-    if adapter_names is not None and len(adapter_names) != len(prompts):
-        raise ModelError(f"got {len(prompts)} prompts but {len(adapter_names)} adapter names")
     model.eval()
     device = next(model.parameters()).device
     stops = stop_token_ids(tokenizer, model)
@@ -120,9 +115,8 @@ def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
         idx = order[start:start + batch_size]
         ids, mask = _left_pad([encoded[i] for i in idx], pad_id)
         tracker = _GreedyLogprob()
-        extra = {"adapter_names": [adapter_names[i] for i in idx]} if adapter_names is not None else {}
         out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config,
-                             logits_processor=LogitsProcessorList([tracker]), **extra)
+                             logits_processor=LogitsProcessorList([tracker]))
         new = out[:, ids.shape[1]:].cpu()  # [b, steps]
         logps = torch.stack(tracker.steps, dim=1).cpu()  # [b, steps]
         choices = torch.stack(tracker.choices, dim=1).cpu()

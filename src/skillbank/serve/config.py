@@ -27,7 +27,10 @@ class ServeConfig(BaseModel):
     admin_token: bearer token guarding ``POST /v1/families``; None = learning over HTTP is refused.
         Read from ``$SKILLBANK_ADMIN_TOKEN`` by :meth:`from_env`, never from the command line (it would
         show in ``ps``).
-    learn_threads: torch threads of a background learn process (it shares the cores with serving).
+    threads: torch threads of the served model (None = all cores, at most 8). On a small machine one thread
+        fewer than the cores leaves room for the event loop and the HTTP clients.
+    learn_threads: torch threads of a background learn process (None = half the cores: it shares them with
+        serving).
     max_upload_mb: largest records upload accepted by ``POST /v1/families``.
     """
 
@@ -46,6 +49,7 @@ class ServeConfig(BaseModel):
     upstream: Optional[str] = None
     upstream_timeout_s: float = Field(120.0, gt=0)
     admin_token: Optional[str] = None
+    threads: Optional[int] = Field(None, ge=1)
     learn_threads: Optional[int] = Field(None, ge=1)
     max_upload_mb: float = Field(64.0, gt=0)
 

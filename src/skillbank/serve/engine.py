@@ -4,8 +4,8 @@
 shard - runs on its single worker thread, so they never interleave (PEFT's active adapter is global state
 of the model). A batch may hold rows for several shards: rows are ordered by shard and decoded in one pass
 with PEFT's mixed-adapter batches (``adapter_names``), where the base weights run once for the whole batch
-and each LoRA shard only on its own rows. A batch of one shard takes the ordinary single-adapter path, which
-is exactly what ``SkillBank.plan`` runs.
+and each LoRA shard only on its own rows. Finished rows leave the batch at once (decode.py), so a short
+graph does not wait, and pay, for the longest one. The outputs are those of ``SkillBank.plan``.
 
 :class:`UpstreamEngine` keeps routing here and sends each job to an OpenAI-compatible server (vLLM with the
 shards loaded as LoRA modules, or another ``skillbank serve``), naming the routed shard as the model.
@@ -16,13 +16,14 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from skillbank.graph import ParseResult, parse_graph
 from skillbank.memory.bank import ShardEntry
-from skillbank.model.generate import generate
 from skillbank.model.prompts import USER_TEMPLATE, prompt_ids, render_prompt
 from skillbank.model.serialization import decode
+from skillbank.serve.decode import greedy_shrinking
 
 
 class UpstreamError(Exception):
@@ -106,8 +107,8 @@ class LocalEngine:
         prompts = [render_prompt(tok, j.request, j.entry.system_prompt) for j in jobs]
         model = base.activate(names[0])  # also puts the model in eval mode, which mixed batches require
         mixed = len(set(names)) > 1
-        gens = generate(model, tok, prompts, batch_size=len(jobs), max_new_tokens=max(j.max_new_tokens for j in jobs),
-                        stats=self.execution.stats, adapter_names=names if mixed else None)
+        gens = greedy_shrinking(model, tok, prompts, max_new_tokens=max(j.max_new_tokens for j in jobs),
+                                adapter_names=names if mixed else None)
         took = time.perf_counter() - started
         return [Output(g.text, parse_output(g.text, j.entry), g.n_tokens, g.stopped, started, took, len(jobs))
                 for j, g in zip(jobs, gens)]
@@ -142,7 +143,10 @@ class UpstreamEngine:
     async def _one(self, job: Job, batch_size: int) -> Output:
         import httpx
 
+        # The same prompt the local engine renders: the shard's system instruction, the user template, greedy
+        # decoding, and no "thinking" turn for templates that have one (prompts.render_prompt does the same).
         body = {"model": job.shard, "temperature": 0, "max_tokens": job.max_new_tokens,
+                "chat_template_kwargs": {"enable_thinking": False},
                 "messages": [{"role": "system", "content": job.entry.system_prompt},
                              {"role": "user", "content": USER_TEMPLATE.format(request=job.request)}]}
         started = time.perf_counter()
@@ -163,6 +167,23 @@ class UpstreamEngine:
             raise UpstreamError(f"upstream {self.url} sent a reply that is not an OpenAI chat completion", 502) from None
         return Output(text, parse_output(text, job.entry), int(usage.get("completion_tokens") or 0),
                       choice.get("finish_reason") != "length", started, time.perf_counter() - started, batch_size)
+
+    async def load_adapter(self, name: str, path, token: str | None) -> None:
+        """Ask the upstream to load a newly published shard: vLLM's runtime LoRA API (``POST
+        /v1/load_lora_adapter``, needs VLLM_ALLOW_RUNTIME_LORA_UPDATING=True), which ``skillbank serve`` also
+        answers. Raises UpstreamError when it does not."""
+        import httpx
+
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        try:
+            resp = await self.client.post("/v1/load_lora_adapter", headers=headers,
+                                          json={"lora_name": name, "lora_path": str(Path(path).resolve())})
+        except httpx.HTTPError as exc:
+            raise UpstreamError(f"upstream {self.url} unreachable while loading shard {name!r}: {exc}") from None
+        if resp.status_code != 200:
+            raise UpstreamError(f"upstream {self.url} did not load shard {name!r} ({resp.status_code}: "
+                                f"{_error_text(resp)}); restart it with the shard (skillbank export vllm), "
+                                "then POST /v1/reload here")
 
     def close(self) -> None:
         pass

@@ -89,7 +89,8 @@ class LearnManager:
     def __init__(self, root: Path, *, threads: int | None, on_finished: Callable[[], Awaitable[list[str]]],
                  metrics=None):
         self.root = root
-        self.threads = threads
+        # Default: half the cores, so training does not starve the requests being served meanwhile.
+        self.threads = threads or max(1, (os.cpu_count() or 2) // 2)
         self.on_finished = on_finished
         self.metrics = metrics
         self.jobs: dict[str, LearnJob] = {}

@@ -159,6 +159,13 @@ class LearnRequest(BaseModel):
     skills: Optional[list[str]] = Field(None, description="the family's skill ids (default: those the records use)")
 
 
+class LoadAdapterRequest(BaseModel):
+    """vLLM's ``/v1/load_lora_adapter`` body."""
+
+    lora_name: str
+    lora_path: str
+
+
 class LearnJobInfo(BaseModel):
     job: str
     family: str

@@ -64,11 +64,15 @@ def read_catalog(root: Path, entry: ShardEntry) -> dict:
     return {"family": entry.name, "skills": list(entry.skills), "specs": []}
 
 
-def open_snapshot(root: Path, base=None, *, load_model: bool = True) -> Snapshot:
+def open_snapshot(root: Path, base=None, *, load_model: bool = True, threads: int | None = None) -> Snapshot:
     """Open the bank for serving: the full bank (model, shards) or, with ``load_model=False`` (upstream mode),
     only what routing and decoding need: manifest, verified shard digests, Address Memory."""
     if load_model:
-        bank = SkillBank.open(root, base=base)
+        config = None
+        if base is None:
+            from skillbank.model.base import BaseModelConfig
+            config = BaseModelConfig(name=read_manifest(root).base["name"], threads=threads)
+        bank = SkillBank.open(root, base=base, base_config=config)
     else:
         manifest = read_manifest(root)
         verify_shards(root, manifest)
