@@ -1,16 +1,16 @@
 """Service load test on loopback: the same requests against `skillbank serve` with batching and without, in one run.
 
 For each mode a fresh `skillbank serve BANK` process is started on 127.0.0.1 (learning over HTTP off, so the
-bank is only read), warmed up with one request, then --clients concurrent clients (closed loop: each sends
-its next request when the previous answer arrives) work through --requests-per-client requests each,
-taken in turn from held-out requests of every family of the built-in benchmark (so they spread over all
-shards). A client starts no new request after --max-seconds. Reported per mode: completed requests,
-throughput (requests/s and generated tokens/s), p50/p99 latency, errors (anything but 200 - 429 would be
-listed apart, as deliberate back-pressure), mean batch size, and the Address Memory's routing time as a
-share of the mean request latency; then the batched/unbatched throughput ratio and how many answers were
-identical in both modes.
+bank is only read) and warmed up with one request; then --clients concurrent clients run a closed loop for
+--seconds (each sends its next request when the previous answer arrives; requests still running at the
+end are cut off and not counted), taking in turn held-out requests of every family of the built-in
+benchmark, so they spread over all shards. Reported per mode: completed requests, throughput (requests/s
+and generated tokens/s), p50/p99 latency, errors (anything but 200; 429s would be listed apart, as
+deliberate back-pressure), mean batch size (rows decoding together when a request joins), and the Address
+Memory's routing time per request and as a share of the mean request latency; then the batched/unbatched
+throughput ratio and how many requests answered in both modes got identical answers.
 
-    .venv/bin/python bench/serve.py [--bank runs/demo/bank] [--clients 16] [--requests-per-client 3]
+    .venv/bin/python bench/serve.py [--bank runs/demo/bank] [--clients 16] [--seconds 90]
 """
 from __future__ import annotations
 
@@ -79,7 +79,9 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 300) -> None
     sys.exit(f"{url} did not come up in {timeout} s")
 
 
-async def load(url: str, requests: list[str], clients: int, per_client: int, max_seconds: float) -> dict:
+async def load(url: str, requests: list[str], clients: int, seconds: float) -> dict:
+    """Closed loop for ``seconds``: each client sends its next request when the previous answer arrives.
+    Requests still running at the end are cut off (the client hangs up) and not counted."""
     results: dict[int, dict] = {}
     next_index = 0
     t0 = time.perf_counter()
@@ -87,29 +89,29 @@ async def load(url: str, requests: list[str], clients: int, per_client: int, max
 
     async def client(http: httpx.AsyncClient) -> None:
         nonlocal next_index
-        for _ in range(per_client):
-            if time.perf_counter() - t0 > max_seconds:
-                return
+        while (left := seconds - (time.perf_counter() - t0)) > 0:
             i = next_index
             next_index += 1
             start = time.perf_counter()
             try:
-                r = await http.post("/v1/plan", json={"request": requests[i % len(requests)]})
+                r = await asyncio.wait_for(http.post("/v1/plan", json={"request": requests[i % len(requests)]}), left)
                 status, body = r.status_code, (r.json() if r.status_code == 200 else r.text[:200])
+            except asyncio.TimeoutError:
+                results[i] = {"status": "cut", "latency": None, "body": None}
+                return
             except httpx.HTTPError as exc:
                 status, body = 0, f"{type(exc).__name__}: {exc}"
             results[i] = {"status": status, "latency": time.perf_counter() - start, "body": body}
 
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(3600), limits=limits) as http:
         await asyncio.gather(*(client(http) for _ in range(clients)))
-    wall = time.perf_counter() - t0
-    return {"wall": wall, "results": results}
+    return {"wall": seconds, "results": results}
 
 
 def summarise(name: str, run: dict, metrics_text: str) -> dict:
     results = run["results"]
     ok = {i: r for i, r in results.items() if r["status"] == 200}
-    lat = [r["latency"] for r in ok.values()]
+    lat = [r["latency"] for r in ok.values()]  # requests cut at the end have none
     plans = [r["body"]["plans"][0] for r in ok.values()]
     tokens = sum(p["tokens"] for p in plans)
     route_ms = statistics.mean(p["timings"]["route_ms"] for p in plans) if plans else float("nan")
@@ -118,13 +120,14 @@ def summarise(name: str, run: dict, metrics_text: str) -> dict:
     rows = metric_sum(metrics_text, "skillbank_batch_size_sum")
     return {"mode": name, "completed": len(ok), "wall_s": run["wall"], "req_per_s": len(ok) / run["wall"],
             "tokens_per_s": tokens / run["wall"], "p50_s": percentile(lat, 50), "p99_s": percentile(lat, 99),
-            "errors": sum(1 for r in results.values() if r["status"] not in (200, 429)),
+            "errors": sum(1 for r in results.values() if r["status"] not in (200, 429, "cut")),
+            "cut": sum(1 for r in results.values() if r["status"] == "cut"),
             "rejected_429": sum(1 for r in results.values() if r["status"] == 429),
             "mean_batch": rows / batches if batches else float("nan"), "route_ms": route_ms,
             "route_share": route_ms / total_ms if total_ms else float("nan"),
             "valid": sum(p["valid"] for p in plans),
             "answers": {i: (r["body"]["plans"][0]["shard"], r["body"]["plans"][0]["raw"]) for i, r in ok.items()},
-            "error_samples": [r["body"] for r in results.values() if r["status"] not in (200, 429)][:3]}
+            "error_samples": [r["body"] for r in results.values() if r["status"] not in (200, 429, "cut")][:3]}
 
 
 def run_mode(bank: Path, args, requests: list[str], batching: bool) -> dict:
@@ -137,8 +140,8 @@ def run_mode(bank: Path, args, requests: list[str], batching: bool) -> dict:
         wait_healthy(url, proc)
         httpx.post(url + "/v1/plan", json={"request": requests[-1]}, timeout=600)  # warm-up, not measured
         base_metrics = httpx.get(url + "/metrics").text
-        print(f"[{name}] {args.clients} clients x {args.requests_per_client} requests ...", file=sys.stderr, flush=True)
-        run = asyncio.run(load(url, requests, args.clients, args.requests_per_client, args.max_seconds))
+        print(f"[{name}] {args.clients} clients for {args.seconds:g} s ...", file=sys.stderr, flush=True)
+        run = asyncio.run(load(url, requests, args.clients, args.seconds))
         metrics_text = httpx.get(url + "/metrics").text
     finally:
         proc.terminate()
@@ -156,8 +159,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bank", type=Path, default=Path("runs/demo/bank"))
     ap.add_argument("--clients", type=int, default=16)
-    ap.add_argument("--requests-per-client", type=int, default=3)
-    ap.add_argument("--max-seconds", type=float, default=240, help="no new request after this, per mode")
+    ap.add_argument("--seconds", type=float, default=90, help="length of each mode's run")
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--window-ms", type=float, default=20)
     ap.add_argument("--max-new-tokens", type=int, default=160, help="the built-in stream's longest target is 127")
@@ -176,8 +178,8 @@ def main() -> None:
         sys.exit(f"{args.bank} was not learned on the built-in families; this benchmark needs such a bank")
     # Interleave the families (from the end of each held-out list, away from the demo's evaluation cut).
     per_family = [[r.request for r in reversed(stream.test[k])] for k in shards]
-    n = args.clients * args.requests_per_client + 1
-    requests = [per_family[i % len(shards)][i // len(shards)] for i in range(n)]
+    n = min(len(x) for x in per_family) * len(shards)
+    requests = [per_family[i % len(shards)][i // len(shards)] for i in range(n)]  # the warm-up takes the last
 
     t0 = time.perf_counter()
     batched = run_mode(args.bank, args, requests, batching=True)
@@ -187,10 +189,10 @@ def main() -> None:
 
     print(f"\n{args.clients} concurrent clients, {len(shards)} shards, loopback, greedy, cap {args.max_new_tokens} "
           f"tokens, torch threads {args.threads}, max batch {args.max_batch}, window {args.window_ms:g} ms")
-    print(f"{'mode':<10} {'done':>5} {'wall s':>7} {'req/s':>7} {'tok/s':>7} {'p50 s':>7} {'p99 s':>7} "
+    print(f"{'mode':<10} {'done':>5} {'cut':>4} {'req/s':>7} {'tok/s':>7} {'p50 s':>7} {'p99 s':>7} "
           f"{'errors':>6} {'429':>4} {'batch':>6} {'route ms':>9} {'route share':>11}")
     for r in (batched, unbatched):
-        print(f"{r['mode']:<10} {r['completed']:>5} {r['wall_s']:>7.1f} {r['req_per_s']:>7.3f} {r['tokens_per_s']:>7.1f} "
+        print(f"{r['mode']:<10} {r['completed']:>5} {r['cut']:>4} {r['req_per_s']:>7.3f} {r['tokens_per_s']:>7.1f} "
               f"{r['p50_s']:>7.2f} {r['p99_s']:>7.2f} {r['errors']:>6} {r['rejected_429']:>4} {r['mean_batch']:>6.2f} "
               f"{r['route_ms']:>9.3f} {100 * r['route_share']:>10.4f}%")
     ratio = batched["req_per_s"] / unbatched["req_per_s"] if unbatched["req_per_s"] else float("nan")

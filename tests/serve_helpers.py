@@ -101,23 +101,23 @@ def serve_process(bank: Path, *args: str, token: str | None = None):
 
 
 class Gate:
-    """Hold the engine inside a batch until released: ``entered`` counts batches that reached it."""
+    """Hold the engine thread as it takes jobs into its batch, until released: ``entered`` counts the times."""
 
     def __init__(self, engine):
         self.engine = engine
         self.open = threading.Event()
         self.entered = threading.Semaphore(0)
-        self._orig = engine.generate_batch
+        self._orig = engine.join_rows
 
-        def held(jobs):
+        def held(batch, jobs):
             self.entered.release()
             self.open.wait(60)
-            return self._orig(jobs)
+            return self._orig(batch, jobs)
 
-        engine.generate_batch = held
+        engine.join_rows = held
 
     def wait_entered(self, timeout: float = 30) -> None:
-        assert self.entered.acquire(timeout=timeout), "no batch reached the engine"
+        assert self.entered.acquire(timeout=timeout), "no job reached the engine"
 
     def release(self) -> None:
         self.open.set()

@@ -71,13 +71,19 @@ def test_mixed_shard_batch_equals_one_shard_at_a_time(client, small_stream):
     k1, k2 = small_stream.family_keys[:2]
     svc = service_of(client.app)
     reqs = requests_of(small_stream, k1)[:2] + requests_of(small_stream, k2)[:2]
-    shards = [k1, k1, k2, k2]
+    shards = [k1, k2, k1, k2]
     outs = svc.engine.execution.generate(reqs, shards, batch_size=1, max_new_tokens=MAX_NEW)
-    from skillbank.serve.engine import Job
-    jobs = [Job(r, s, svc.snapshot.entry(s), {s: 1.0}, 0.0, MAX_NEW, None) for r, s in zip(reqs, shards)]
-    mixed = svc.engine.generate_batch(jobs)
-    assert [o.batch_size for o in mixed] == [4] * 4
+    from skillbank.serve.decode import greedy_shrinking
+    from skillbank.model.prompts import render_prompt
+    base, tok = svc.engine.execution.base, svc.engine.tokenizer
+    prompts = [render_prompt(tok, r, svc.snapshot.entry(s).system_prompt) for r, s in zip(reqs, shards)]
+    mixed = greedy_shrinking(base.peft, tok, prompts, max_new_tokens=MAX_NEW, adapter_names=shards, base=base)
     assert [o.text for o in mixed] == [o.text for o in outs]
+    # and through the service: one call of four requests is one batch of four rows
+    plans = client.post("/v1/plan", json={"request": reqs}).json()["plans"]
+    assert {p["batch_size"] for p in plans} == {4}
+    routed = svc.engine.execution.generate(reqs, [p["shard"] for p in plans], batch_size=1, max_new_tokens=MAX_NEW)
+    assert [p["raw"] for p in plans] == [o.text for o in routed]
 
 
 def test_chat_completions(client, small_stream):
@@ -167,9 +173,9 @@ def test_bad_input_gets_clear_errors(client, small_stream):
 def test_unexpected_error_is_a_500_without_traceback(bank_dir, tiny_model_dir, monkeypatch):
     app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW), base=fresh_base(tiny_model_dir))
     with TestClient(app, raise_server_exceptions=False) as c:
-        def boom(jobs):
+        def boom(batch, jobs):
             raise RuntimeError("secret internal detail")
-        service_of(app).engine.generate_batch = boom
+        service_of(app).engine.join_rows = boom
         r = c.post("/v1/plan", json={"request": "book a table"})
         assert r.status_code == 500 and "secret" not in r.text and "Traceback" not in r.text
         assert r.json()["error"]["type"] == "internal_error"
@@ -304,14 +310,15 @@ def test_batcher_drops_cancelled_jobs_before_generation():
     from skillbank.serve.engine import Job
 
     class Recorder:
-        concurrent = False
+        continuous = True
 
         def __init__(self):
             self.seen = []
 
-        async def run(self, jobs):
+        def admit(self, jobs, deliver):
             self.seen.append([j.request for j in jobs])
-            return [j.request.upper() for j in jobs]
+            for j in jobs:
+                deliver(j, j.request.upper(), None)
 
     async def scenario():
         engine = Recorder()
@@ -323,10 +330,10 @@ def test_batcher_drops_cancelled_jobs_before_generation():
         jobs[1].cancelled = True
         out = await asyncio.gather(jobs[0].future, jobs[2].future)
         await b.stop()
-        return engine.seen, out
+        return engine.seen, out, b.depth
 
-    seen, out = asyncio.run(scenario())
-    assert seen == [["a", "c"]] and out == ["A", "C"]
+    seen, out, depth = asyncio.run(scenario())
+    assert seen == [["a", "c"]] and out == ["A", "C"] and depth == 0
 
 
 def test_shrinking_decode_matches_generate_when_rows_stop_early(client, small_stream, monkeypatch):
@@ -354,7 +361,7 @@ def test_shrinking_decode_matches_generate_when_rows_stop_early(client, small_st
     stops = stop_token_ids(tok, base.model) + [first[0], first[3]]  # rows 0 and 3 (and any alike) stop at once
     monkeypatch.setattr(dec_mod, "stop_token_ids", lambda *a: stops)
     monkeypatch.setattr(gen_mod, "stop_token_ids", lambda *a: stops)
-    mine = dec_mod.greedy_shrinking(base.activate(k1), tok, prompts, max_new_tokens=12, adapter_names=names)
+    mine = dec_mod.greedy_shrinking(base.peft, tok, prompts, max_new_tokens=12, adapter_names=names, base=base)
     assert mine[0].n_tokens == 1 and mine[0].stopped and len({d.n_tokens for d in mine}) > 1
     ref = []
     for p, n in zip(prompts, names):

@@ -1,7 +1,7 @@
 """The playground page end to end in headless Chromium (Debian's chromium + chromium-driver, via Selenium).
 
-The tiny random model cannot write a valid graph, so the engine's generation is replaced by one that answers
-a fixed three-node chain over the routed shard's own skills; routing, HTTP, the page and its drawing are real.
+The tiny random model cannot write a valid graph, so its output is read as a fixed three-node chain over the
+routed shard's own skills; routing, generation, HTTP, the page and its drawing are real.
 """
 import json
 import os
@@ -15,9 +15,10 @@ pytest.importorskip("selenium")
 
 from serve_helpers import MAX_NEW, build_bank, fresh_base, live_server  # noqa: E402
 
-from skillbank.serve.app import create_app, service_of  # noqa: E402
+from skillbank.graph import parse_graph  # noqa: E402
+from skillbank.serve import engine as engine_mod  # noqa: E402
+from skillbank.serve.app import create_app  # noqa: E402
 from skillbank.serve.config import ServeConfig  # noqa: E402
-from skillbank.serve.engine import Output, parse_output  # noqa: E402
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
@@ -56,7 +57,7 @@ def driver():
         d.quit()
 
 
-def test_playground_plans_and_draws_the_graph(driver, tmp_path, tiny_model_dir, small_stream):
+def test_playground_plans_and_draws_the_graph(driver, tmp_path, tiny_model_dir, small_stream, monkeypatch):
     from PIL import Image
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -64,13 +65,8 @@ def test_playground_plans_and_draws_the_graph(driver, tmp_path, tiny_model_dir, 
     k1, k2 = small_stream.family_keys[:2]
     bank = build_bank(tmp_path / "bank", tiny_model_dir, small_stream, [k1, k2])
     app = create_app(bank, ServeConfig(max_new_tokens=MAX_NEW), base=fresh_base(tiny_model_dir))
-    engine = service_of(app).engine
-
-    def fixed_graph(jobs):
-        return [Output(text, parse_output(text, j.entry), 42, True, 0.0, 0.01, len(jobs))
-                for j in jobs for text in [chain_graph(j.entry.skills)]]
-
-    engine.generate_batch = fixed_graph
+    # whatever the tiny model writes, read it as a three-node chain of the routed shard's skills
+    monkeypatch.setattr(engine_mod, "parse_output", lambda text, entry: parse_graph(chain_graph(entry.skills)))
     wait = WebDriverWait(driver, 30)
     with live_server(app) as url:
         driver.get(url + "/")
@@ -102,7 +98,7 @@ def test_playground_plans_and_draws_the_graph(driver, tmp_path, tiny_model_dir, 
         w, h = graph.size["width"], graph.size["height"]
         assert w > 500 and h > 100  # three columns of nodes
         area = Image.open(shot).convert("RGB").crop((x, y, x + w, y + h))
-        pixels = list(area.getdata())
+        pixels = list(area.get_flattened_data()) if hasattr(area, "get_flattened_data") else list(area.getdata())
         inked = sum(1 for p in pixels if p != (255, 255, 255))
         node_fill = sum(1 for p in pixels if abs(p[0] - 0xee) < 6 and abs(p[1] - 0xf2) < 6 and abs(p[2] - 0xff) < 6)
         assert inked > 0.1 * len(pixels) and node_fill > 3 * 150 * 30, (inked, node_fill, len(pixels))

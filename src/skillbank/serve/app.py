@@ -35,6 +35,7 @@ from skillbank.errors import SkillbankError
 from skillbank.model.prompts import USER_TEMPLATE
 from skillbank.serve import schemas as S
 from skillbank.serve.config import ServeConfig
+from skillbank.serve.engine import UpstreamError
 from skillbank.serve.learn import LearnRefused
 from skillbank.serve.metrics import Metrics, MetricsMiddleware
 from skillbank.serve.service import (ADMIN_ERRORS, ERRORS, JSONL_TYPES, ROUTER_MODEL, Service, ServiceError,
@@ -340,6 +341,8 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
             await svc.reload()
         except SkillbankError as exc:
             raise ServiceError(409, str(exc)) from None
+        except UpstreamError as exc:
+            raise ServiceError(502, str(exc)) from None
         return await shards()
 
     return app

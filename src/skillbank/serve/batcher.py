@@ -1,17 +1,17 @@
-"""Dynamic batching: concurrent requests gathered for a short window, run as one batch on the engine.
+"""Dynamic batching: concurrent requests are admitted to the engine's batch as room frees up.
 
-Everything here runs on the event loop; only the engine's ``run`` leaves it (to the engine thread). The
-queue is a plain list the collector owns:
+Everything here runs on the event loop. The queue is a plain list the collector owns:
 
-- ``submit`` adds a call's jobs all-or-nothing; when the queue would exceed ``queue_size`` it raises
-  :class:`QueueFull` with a Retry-After estimate from the recent service rate (the HTTP layer answers 429).
-- The collector takes the oldest job's batch: up to ``max_batch`` jobs in arrival order that share its
-  generation cap. If the batch is not full and the oldest job has waited less than the window, it waits for
-  the rest of the window (or until the batch fills). Requests that queued while a batch was generating have
-  waited longer than the window already, so under load batches start back to back.
-- Jobs are ordered by shard inside the batch; the engine runs each shard on its own rows.
-- A job whose client left or timed out is marked ``cancelled``: dropped if still queued, its output discarded
-  if already generating - the other rows of its batch are not touched.
+- ``submit`` adds a call's jobs all-or-nothing; when queued plus running jobs would exceed ``queue_size`` it
+  raises :class:`QueueFull` with a Retry-After estimate from the recent service rate (the HTTP layer answers
+  429).
+- The local engine decodes a batch whose rows come and go between steps (decode.py). The collector keeps it
+  at up to ``max_batch`` rows: whenever rows finish, the oldest queued jobs take their places at the next
+  step, whatever their shard (each row runs its own shard's LoRA). Only an idle engine waits for company:
+  the first request waits up to the window for others to start with it.
+- An upstream engine (``--upstream``) gets the gathered jobs at once and batches them itself.
+- A job whose client left or timed out is marked ``cancelled``: dropped if still queued, and taken out of the
+  running batch at its next step - the other rows are not touched.
 """
 from __future__ import annotations
 
@@ -22,14 +22,17 @@ import time
 from typing import Sequence
 
 from skillbank.errors import SkillbankError
-from skillbank.serve.engine import Job, UpstreamError
+from skillbank.serve.engine import Job, Output, UpstreamError
 
 log = logging.getLogger("skillbank.serve")
+
+_EXPECTED = (SkillbankError, UpstreamError)  # reported to the client as such; anything else is also logged
 
 
 class QueueFull(Exception):
     def __init__(self, retry_after_s: int, depth: int, limit: int):
-        super().__init__(f"the queue is full ({depth} requests waiting, limit {limit}); retry after {retry_after_s} s")
+        super().__init__(f"the queue is full ({depth} requests waiting or running, limit {limit}); "
+                         f"retry after {retry_after_s} s")
         self.retry_after_s = retry_after_s
 
 
@@ -41,13 +44,12 @@ class Batcher:
         self.queue_size = queue_size
         self.metrics = metrics
         self._pending: list[Job] = []
-        self._running = 0  # jobs handed to the engine and not finished
-        self._wake = asyncio.Event()
+        self._running = 0  # jobs admitted to the engine and not finished
+        self._wake = asyncio.Event()  # new jobs, or room in the batch
         self._full = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._inflight: set[asyncio.Task] = set()
-        self._rate = 0.0  # jobs finished per second, smoothed: the Retry-After estimate
-        self._slots = asyncio.Semaphore(max(1, max_batch))  # concurrent engines: batches in flight at once
+        self._done_times: list[float] = []  # recent completion times: the Retry-After estimate
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -69,11 +71,12 @@ class Batcher:
 
     @property
     def alive(self) -> bool:
-        return self._task is not None and not self._task.done()
+        engine_ok = getattr(self.engine, "alive", True)
+        return self._task is not None and not self._task.done() and engine_ok
 
     @property
     def depth(self) -> int:
-        """Jobs queued or generating."""
+        """Jobs queued or running."""
         return len(self._pending) + self._running
 
     # -- intake ----------------------------------------------------------------------------------
@@ -87,22 +90,26 @@ class Batcher:
             self._full.set()
 
     def retry_after(self) -> int:
-        """Seconds until the queue has likely drained enough: depth / recent rate, 1..60."""
-        if self._rate <= 0:
+        """Seconds until the queue has likely drained enough: depth / recent completion rate, 1..60."""
+        now = time.perf_counter()
+        recent = [t for t in self._done_times if now - t < 60]
+        if len(recent) < 2:
             return 1
-        return int(min(60, max(1, math.ceil(self.depth / self._rate))))
+        rate = (len(recent) - 1) / max(recent[-1] - recent[0], 1e-3)
+        return int(min(60, max(1, math.ceil(self.depth / rate))))
 
     # -- the collector ---------------------------------------------------------------------------
     async def _collect(self) -> None:
         while True:
             self._drop_cancelled()
-            if not self._pending:
+            room = self.max_batch - self._running if self.engine.continuous else self.max_batch
+            if not self._pending or room <= 0:
                 self._wake.clear()
-                self._full.clear()
                 await self._wake.wait()
                 continue
             head = self._pending[0]
-            if self.window_s > 0 and len(self._pending) < self.max_batch:
+            idle = self._running == 0 or not self.engine.continuous
+            if self.window_s > 0 and idle and len(self._pending) < self.max_batch:
                 remaining = head.enqueued + self.window_s - time.perf_counter()
                 if remaining > 0:
                     self._full.clear()
@@ -110,64 +117,53 @@ class Batcher:
                         await asyncio.wait_for(self._full.wait(), remaining)
                     except asyncio.TimeoutError:
                         pass
-                    continue  # re-check: the head may have been cancelled meanwhile
-            batch = self._take(head.max_new_tokens)
-            if self.engine.concurrent:
-                await self._slots.acquire()
+                    continue  # re-check: jobs may have been cancelled meanwhile
+            batch, self._pending = self._pending[:room], self._pending[room:]
+            self._running += len(batch)
+            self._set_depth()
+            if self.metrics is not None:
+                self.metrics.batch_size.observe(self._running if self.engine.continuous else len(batch))
+            if self.engine.continuous:
+                loop = asyncio.get_running_loop()
+                self.engine.admit(batch, lambda job, out, exc: loop.call_soon_threadsafe(self._finish, job, out, exc))
+            else:
                 task = asyncio.get_running_loop().create_task(self._run(batch))
                 self._inflight.add(task)
                 task.add_done_callback(self._inflight.discard)
-            else:
-                await self._run(batch)
 
-    def _take(self, cap: int) -> list[Job]:
-        batch, rest = [], []
-        for job in self._pending:
-            (batch if len(batch) < self.max_batch and job.max_new_tokens == cap else rest).append(job)
-        self._pending = rest
-        batch.sort(key=lambda j: j.shard)  # stable: arrival order within a shard
-        return batch
+    async def _run(self, batch: list[Job]) -> None:
+        """An upstream batch: every job sent at once."""
+        try:
+            outputs = await self.engine.run(batch)
+        except Exception as exc:  # noqa: BLE001 - delivered to each waiting request, which answers for itself
+            for job in batch:
+                self._finish(job, None, exc)
+        else:
+            for job, out in zip(batch, outputs):
+                self._finish(job, out, None)
+
+    def _finish(self, job: Job, out: Output | None, exc: BaseException | None) -> None:
+        """One job left the engine (event loop): hand its result over, make room for the next."""
+        self._running -= 1
+        self._set_depth()
+        self._wake.set()
+        if exc is not None and not isinstance(exc, _EXPECTED):
+            log.error("generation failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
+        if job.future.done():  # the client left or timed out: nobody waits for it
+            return
+        if exc is not None:
+            job.future.set_exception(exc)
+        elif out is not None:
+            job.future.set_result(out)
+            self._done_times = self._done_times[-63:] + [time.perf_counter()]
+        else:
+            job.future.cancel()
 
     def _drop_cancelled(self) -> None:
         if any(j.cancelled for j in self._pending):
             self._pending = [j for j in self._pending if not j.cancelled]
             self._set_depth()
 
-    async def _run(self, batch: list[Job]) -> None:
-        self._running += len(batch)
-        self._set_depth()
-        if self.metrics is not None:
-            self.metrics.batch_size.observe(len(batch))
-        t0 = time.perf_counter()
-        try:
-            outputs = await self.engine.run(batch)
-        except asyncio.CancelledError:
-            for job in batch:
-                if not job.future.done():
-                    job.future.cancel()
-            raise
-        except Exception as exc:  # noqa: BLE001 - delivered to each waiting request, which answers for itself
-            if not isinstance(exc, _EXPECTED):
-                log.exception("batch of %d failed", len(batch))
-            for job in batch:
-                if not job.future.done():
-                    job.future.set_exception(exc)
-        else:
-            for job, out in zip(batch, outputs):
-                if not job.future.done():  # a cancelled client's future may be gone: its row is dropped
-                    job.future.set_result(out)
-            took = max(time.perf_counter() - t0, 1e-6)
-            rate = len(batch) / took
-            self._rate = rate if self._rate <= 0 else 0.8 * self._rate + 0.2 * rate
-        finally:
-            self._running -= len(batch)
-            self._set_depth()
-            if self.engine.concurrent:
-                self._slots.release()
-
     def _set_depth(self) -> None:
         if self.metrics is not None:
             self.metrics.queue_depth.set(self.depth)
-
-
-_EXPECTED = (SkillbankError, UpstreamError)  # reported to the client as such; anything else is also logged

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -23,7 +23,7 @@ from skillbank.graph import ParseResult, parse_graph
 from skillbank.memory.bank import ShardEntry
 from skillbank.model.prompts import USER_TEMPLATE, prompt_ids, render_prompt
 from skillbank.model.serialization import decode
-from skillbank.serve.decode import greedy_shrinking
+from skillbank.serve.decode import RowBatch
 
 
 class UpstreamError(Exception):
@@ -75,13 +75,24 @@ def parse_output(text: str, entry: ShardEntry) -> ParseResult:
 
 
 class LocalEngine:
-    """Generation on the base model held in this process, on one worker thread."""
+    """Generation on the base model held in this process, by one engine thread that owns the model.
 
-    concurrent = False  # one batch at a time: the collector waits for it (requests keep queueing meanwhile)
+    The thread runs the decode loop of a :class:`~skillbank.serve.decode.RowBatch`: between two steps it takes
+    the jobs the batcher admitted (``admit``) into the batch and runs queued model operations (``call``, e.g.
+    attaching a newly published shard); after each step it hands every finished row's output back through the
+    ``deliver`` callback it was admitted with. A job marked ``cancelled`` leaves the batch at the next step.
+    """
+
+    continuous = True  # rows join and leave between decode steps
 
     def __init__(self, execution):
         self.execution = execution
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="skillbank-engine")
+        self._cond = threading.Condition()
+        self._inbox: list[tuple[Job, Callable]] = []
+        self._commands: list[tuple[Callable, tuple, asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="skillbank-engine", daemon=True)
+        self._thread.start()
 
     @property
     def tokenizer(self):
@@ -93,34 +104,97 @@ class LocalEngine:
     def prompt_tokens(self, request: str, entry: ShardEntry) -> int:
         return len(prompt_ids(self.tokenizer, request, entry.system_prompt))
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     async def call(self, fn: Callable, *args) -> Any:
-        """Run ``fn(*args)`` on the engine thread (serialised with batches)."""
-        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+        """Run ``fn(*args)`` on the engine thread, between two decode steps."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self._cond:
+            self._commands.append((fn, args, loop, future))
+            self._cond.notify()
+        return await future
 
-    async def run(self, jobs: Sequence[Job]) -> list[Output]:
-        return await self.call(self.generate_batch, list(jobs))
+    def admit(self, jobs: Sequence[Job], deliver: Callable[[Job, Output | None, BaseException | None], None]) -> None:
+        """Queue jobs for the batch. ``deliver(job, output, error)`` is called on the engine thread once per job:
+        with its output, with the error that failed it, or with (None, None) when it was cancelled."""
+        with self._cond:
+            self._inbox.extend((j, deliver) for j in jobs)
+            self._cond.notify()
 
-    def generate_batch(self, jobs: list[Job]) -> list[Output]:
-        started = time.perf_counter()
-        base, tok = self.execution.base, self.tokenizer
-        names = [j.shard for j in jobs]
+    def join_rows(self, batch: RowBatch, jobs: list[Job]) -> None:
+        """Prefill ``jobs`` and add them to the batch (engine thread)."""
+        tok = self.tokenizer
         prompts = [render_prompt(tok, j.request, j.entry.system_prompt) for j in jobs]
-        model = base.activate(names[0])  # also puts the model in eval mode, which mixed batches require
-        mixed = len(set(names)) > 1
-        gens = greedy_shrinking(model, tok, prompts, max_new_tokens=max(j.max_new_tokens for j in jobs),
-                                adapter_names=names if mixed else None)
-        took = time.perf_counter() - started
-        return [Output(g.text, parse_output(g.text, j.entry), g.n_tokens, g.stopped, started, took, len(jobs))
-                for j, g in zip(jobs, gens)]
+        batch.add(prompts, [id(j) for j in jobs], [j.shard for j in jobs], [j.max_new_tokens for j in jobs])
+
+    def _loop(self) -> None:
+        base = self.execution.base
+        batch: RowBatch | None = None
+        rows: dict[int, tuple[Job, Callable, float, int]] = {}  # id(job) -> job, deliver, joined at, batch size
+        while True:
+            with self._cond:
+                while not (self._inbox or self._commands or rows or self._closed):
+                    self._cond.wait()
+                if self._closed:
+                    return
+                new, self._inbox = self._inbox, []
+                commands, self._commands = self._commands, []
+            for fn, args, loop, future in commands:
+                try:
+                    result, error = fn(*args), None
+                except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+                    result, error = None, exc
+                loop.call_soon_threadsafe(_resolve, future, result, error)
+            try:
+                for job, deliver in new:
+                    if job.cancelled:
+                        deliver(job, None, None)
+                fresh = [(j, d) for j, d in new if not j.cancelled]
+                if fresh:
+                    if batch is None:
+                        batch = RowBatch(base.peft, self.tokenizer, base)
+                    self.join_rows(batch, [j for j, _ in fresh])
+                    now, size = time.perf_counter(), len(batch.rows)
+                    rows.update((id(j), (j, d, now, size)) for j, d in fresh)
+                if batch is not None and batch.rows:
+                    drop = {key for key, (job, *_) in rows.items() if job.cancelled}
+                    for row, decoded in batch.step(drop):
+                        job, deliver, joined, size = rows.pop(row.key)
+                        out = None if decoded is None else Output(
+                            decoded.text, parse_output(decoded.text, job.entry), decoded.n_tokens, decoded.stopped,
+                            joined, time.perf_counter() - joined, size)
+                        deliver(job, out, None)
+            except Exception as exc:  # noqa: BLE001 - fails the rows of this batch only; the loop goes on
+                for job, deliver in new:
+                    if id(job) not in rows and not job.cancelled:
+                        deliver(job, None, exc)
+                for job, deliver, *_ in rows.values():
+                    deliver(job, None, exc)
+                rows.clear()
+                batch = None
 
     def close(self) -> None:
-        self._thread.shutdown(wait=False, cancel_futures=True)
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+
+def _resolve(future: asyncio.Future, result, error) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 class UpstreamEngine:
     """Generation by an OpenAI-compatible server; this process loads no model."""
 
-    concurrent = True  # the upstream batches by itself: send every job at once
+    continuous = False  # the upstream batches by itself: every admitted batch is sent at once
 
     def __init__(self, url: str, timeout_s: float):
         import httpx
