@@ -14,9 +14,9 @@ class ServeConfig(BaseModel):
 
     batching: gather concurrent requests into batches (False = every request generated alone: batch size 1,
         no gather window; the baseline ``bench/serve.py`` compares against).
-    batch_window_ms: how long the first request of an idle queue waits for company before its batch starts.
-        Requests that queued while the model was busy start at once: they have waited longer already.
-    max_batch: most requests generated together (rows of several shards share one batch; see engine.py).
+    batch_window_ms: how long the first request reaching an idle engine waits for company. A request arriving
+        while the engine is decoding joins the running batch at its next step.
+    max_batch: most requests decoded together (rows of several shards share one batch; see decode.py).
     queue_size: most requests waiting or running; beyond it a call gets 429 with Retry-After.
     timeout_s: per-request deadline, queueing included (504 after it).
     max_request_chars / max_list: limits on one request's text and on the requests of one /v1/plan call (413).

@@ -1,11 +1,10 @@
-"""Engines turn a batch of routed jobs into outputs: locally on the one loaded base, or through an upstream server.
+"""Engines turn routed jobs into outputs: locally on the one loaded base, or through an upstream server.
 
-:class:`LocalEngine` owns the model. Every model operation - generating a batch, attaching a newly published
-shard - runs on its single worker thread, so they never interleave (PEFT's active adapter is global state
-of the model). A batch may hold rows for several shards: rows are ordered by shard and decoded in one pass
-with PEFT's mixed-adapter batches (``adapter_names``), where the base weights run once for the whole batch
-and each LoRA shard only on its own rows. Finished rows leave the batch at once (decode.py), so a short
-graph does not wait, and pay, for the longest one. The outputs are those of ``SkillBank.plan``.
+:class:`LocalEngine` owns the model. Every model operation - a decode step, taking new rows in, attaching a
+newly published shard - runs on its single thread, so they never interleave (PEFT's active adapter is global
+state of the model). Rows of several shards share the batch: PEFT's mixed-adapter batches (``adapter_names``)
+run the base weights once for all rows and each LoRA shard only on its own rows. Rows join between steps
+and leave when they stop (decode.py). The outputs are those of ``SkillBank.plan``.
 
 :class:`UpstreamEngine` keeps routing here and sends each job to an OpenAI-compatible server (vLLM with the
 shards loaded as LoRA modules, or another ``skillbank serve``), naming the routed shard as the model.
@@ -58,9 +57,9 @@ class Output:
     parsed: ParseResult
     n_tokens: int
     stopped: bool
-    started: float  # perf_counter when its batch began
+    started: float  # perf_counter when it joined the batch
     generate_s: float
-    batch_size: int
+    batch_size: int  # rows decoding together when it joined
 
 
 def parse_output(text: str, entry: ShardEntry) -> ParseResult:
