@@ -163,8 +163,8 @@ def main() -> None:
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--window-ms", type=float, default=20)
     ap.add_argument("--max-new-tokens", type=int, default=160, help="the built-in stream's longest target is 127")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads of the server (1 leaves a core for HTTP and the clients on 2 cores)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads of the server (default: the server's own, cores - 1)")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args()
     if not (args.bank / "bank.json").is_file():
@@ -188,7 +188,7 @@ def main() -> None:
     both = len(set(batched["answers"]) & set(unbatched["answers"]))
 
     print(f"\n{args.clients} concurrent clients, {len(shards)} shards, loopback, greedy, cap {args.max_new_tokens} "
-          f"tokens, torch threads {args.threads}, max batch {args.max_batch}, window {args.window_ms:g} ms")
+          f"tokens, torch threads {args.threads or 'cores - 1'}, max batch {args.max_batch}, window {args.window_ms:g} ms")
     print(f"{'mode':<10} {'done':>5} {'cut':>4} {'req/s':>7} {'tok/s':>7} {'p50 s':>7} {'p99 s':>7} "
           f"{'errors':>6} {'429':>4} {'batch':>6} {'route ms':>9} {'route share':>11}")
     for r in (batched, unbatched):

@@ -329,7 +329,7 @@ def serve(
     no_batching: bool = typer.Option(False, "--no-batching", help="Generate every request alone (the baseline)."),
     upstream: Optional[str] = typer.Option(None, help="OpenAI-compatible server that generates (vLLM: see "
                                            "`skillbank export vllm`); routing stays here, no model is loaded."),
-    threads: Optional[int] = typer.Option(None, help="Torch threads of the served model (default: all cores, max 8)."),
+    threads: Optional[int] = typer.Option(None, help="Torch threads of the served model (default: cores - 1, max 8)."),
     learn_threads: Optional[int] = typer.Option(None, help="Torch threads of a background learn job."),
     log_level: str = typer.Option("info", help="uvicorn log level."),
 ):

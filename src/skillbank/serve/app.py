@@ -102,7 +102,7 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
     reuse instead of loading the bank's base model (tests; not used in upstream mode)."""
     config = config or ServeConfig.from_env()
     snapshot = bank if isinstance(bank, Snapshot) else open_snapshot(Path(bank), base, load_model=not config.upstream,
-                                                                           threads=config.threads)
+                                                                           threads=config.model_threads)
     svc = Service(snapshot, config)
 
     @asynccontextmanager

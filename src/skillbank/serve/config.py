@@ -27,8 +27,8 @@ class ServeConfig(BaseModel):
     admin_token: bearer token guarding ``POST /v1/families``; None = learning over HTTP is refused.
         Read from ``$SKILLBANK_ADMIN_TOKEN`` by :meth:`from_env`, never from the command line (it would
         show in ``ps``).
-    threads: torch threads of the served model (None = all cores, at most 8). On a small machine one thread
-        fewer than the cores leaves room for the event loop and the HTTP clients.
+    threads: torch threads of the served model; None = one fewer than the cores (at least 1, at most 8), which
+        leaves a core for the event loop and the HTTP traffic (on 2 cores this measured faster than 2 threads).
     learn_threads: torch threads of a background learn process (None = half the cores: it shares them with
         serving).
     max_upload_mb: largest records upload accepted by ``POST /v1/families``.
@@ -76,6 +76,10 @@ class ServeConfig(BaseModel):
     @property
     def effective_window_s(self) -> float:
         return self.batch_window_ms / 1000 if self.batching else 0.0
+
+    @property
+    def model_threads(self) -> int:
+        return self.threads or max(1, min(8, (os.cpu_count() or 2) - 1))
 
     @classmethod
     def from_env(cls, **values) -> "ServeConfig":

@@ -25,8 +25,8 @@ log = logging.getLogger("skillbank.serve")
 ROUTER_MODEL = "skillbank"
 ERROR_TYPES = {400: "invalid_request_error", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                405: "invalid_request_error", 409: "conflict", 413: "too_large", 415: "invalid_request_error",
-               422: "invalid_request_error", 429: "rate_limited", 502: "upstream_error", 503: "unavailable",
-               504: "timeout"}
+               422: "invalid_request_error", 429: "rate_limited", 499: "client_closed", 502: "upstream_error",
+               503: "unavailable", 504: "timeout"}
 ERRORS = {code: {"model": S.ErrorResponse} for code in (400, 413, 422, 429, 500, 504)}
 ADMIN_ERRORS = {code: {"model": S.ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 415, 422)}
 JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/jsonlines", "text/plain")
