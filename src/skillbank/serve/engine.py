@@ -1,0 +1,278 @@
+"""Engines turn routed jobs into outputs: locally on the one loaded base, or through an upstream server.
+
+:class:`LocalEngine` owns the model. Every model operation - a decode step, taking new rows in, attaching a
+newly published shard - runs on its single thread, so they never interleave (PEFT's active adapter is global
+state of the model). Rows of several shards share the batch: PEFT's mixed-adapter batches (``adapter_names``)
+run the base weights once for all rows and each LoRA shard only on its own rows. Rows join between steps
+and leave when they stop (decode.py). The outputs are those of ``SkillBank.plan``.
+
+:class:`UpstreamEngine` keeps routing here and sends each job to an OpenAI-compatible server (vLLM with the
+shards loaded as LoRA modules, or another ``skillbank serve``), naming the routed shard as the model.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from skillbank.graph import ParseResult, parse_graph
+from skillbank.memory.bank import ShardEntry
+from skillbank.model.prompts import USER_TEMPLATE, prompt_ids, render_prompt
+from skillbank.model.serialization import decode
+from skillbank.serve.decode import RowBatch
+
+
+class UpstreamError(Exception):
+    """The upstream server failed or refused; ``status`` is the HTTP status this service should answer."""
+
+    def __init__(self, message: str, status: int = 502):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Job:
+    """One request on its way through the queue. ``future`` resolves to an :class:`Output`."""
+
+    request: str
+    shard: str
+    entry: ShardEntry
+    probabilities: dict[str, float]
+    route_s: float
+    max_new_tokens: int
+    future: asyncio.Future
+    prompt_tokens: int = 0
+    enqueued: float = field(default_factory=time.perf_counter)
+    cancelled: bool = False  # the client left or timed out: drop it if it has not started yet
+
+
+@dataclass(frozen=True)
+class Output:
+    """What generating one job produced. ``batch_size`` counts the rows generated together with it."""
+
+    text: str
+    parsed: ParseResult
+    n_tokens: int
+    stopped: bool
+    started: float  # perf_counter when it joined the batch
+    generate_s: float
+    batch_size: int  # rows decoding together when it joined
+
+
+def parse_output(text: str, entry: ShardEntry) -> ParseResult:
+    """Parse an executor's text written in the shard's target format. An upstream ``skillbank serve`` answers
+    with the canonical JSON graph whatever its shards' training format, so JSON is accepted as well."""
+    parsed = decode(text, entry.target_format, entry.family_prefix)
+    if parsed.graph is None and entry.target_format != "json":
+        alt = parse_graph(text)
+        if alt.graph is not None:
+            return alt
+    return parsed
+
+
+class LocalEngine:
+    """Generation on the base model held in this process, by one engine thread that owns the model.
+
+    The thread runs the decode loop of a :class:`~skillbank.serve.decode.RowBatch`: between two steps it takes
+    the jobs the batcher admitted (``admit``) into the batch and runs queued model operations (``call``, e.g.
+    attaching a newly published shard); after each step it hands every finished row's output back through the
+    ``deliver`` callback it was admitted with. A job marked ``cancelled`` leaves the batch at the next step.
+    """
+
+    continuous = True  # rows join and leave between decode steps
+
+    def __init__(self, execution):
+        self.execution = execution
+        self._cond = threading.Condition()
+        self._inbox: list[tuple[Job, Callable]] = []
+        self._commands: list[tuple[Callable, tuple, asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="skillbank-engine", daemon=True)
+        self._thread.start()
+
+    @property
+    def tokenizer(self):
+        return self.execution.base.tokenizer
+
+    def context_limit(self) -> int:
+        return self.execution.context_limit()
+
+    def prompt_tokens(self, request: str, entry: ShardEntry) -> int:
+        return len(prompt_ids(self.tokenizer, request, entry.system_prompt))
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    async def call(self, fn: Callable, *args) -> Any:
+        """Run ``fn(*args)`` on the engine thread, between two decode steps."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self._cond:
+            self._commands.append((fn, args, loop, future))
+            self._cond.notify()
+        return await future
+
+    def admit(self, jobs: Sequence[Job], deliver: Callable[[Job, Output | None, BaseException | None], None]) -> None:
+        """Queue jobs for the batch. ``deliver(job, output, error)`` is called on the engine thread once per job:
+        with its output, with the error that failed it, or with (None, None) when it was cancelled."""
+        with self._cond:
+            self._inbox.extend((j, deliver) for j in jobs)
+            self._cond.notify()
+
+    def join_rows(self, batch: RowBatch, jobs: list[Job]) -> None:
+        """Prefill ``jobs`` and add them to the batch (engine thread)."""
+        tok = self.tokenizer
+        prompts = [render_prompt(tok, j.request, j.entry.system_prompt) for j in jobs]
+        batch.add(prompts, [id(j) for j in jobs], [j.shard for j in jobs], [j.max_new_tokens for j in jobs])
+
+    def _loop(self) -> None:
+        base = self.execution.base
+        batch: RowBatch | None = None
+        rows: dict[int, tuple[Job, Callable, float, int]] = {}  # id(job) -> job, deliver, joined at, batch size
+        while True:
+            with self._cond:
+                while not (self._inbox or self._commands or rows or self._closed):
+                    self._cond.wait()
+                if self._closed:
+                    return
+                new, self._inbox = self._inbox, []
+                commands, self._commands = self._commands, []
+            for fn, args, loop, future in commands:
+                try:
+                    result, error = fn(*args), None
+                except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+                    result, error = None, exc
+                loop.call_soon_threadsafe(_resolve, future, result, error)
+            try:
+                for job, deliver in new:
+                    if job.cancelled:
+                        deliver(job, None, None)
+                fresh = [(j, d) for j, d in new if not j.cancelled]
+                if fresh:
+                    if batch is None:
+                        batch = RowBatch(base.peft, self.tokenizer, base)
+                    self.join_rows(batch, [j for j, _ in fresh])
+                    now, size = time.perf_counter(), len(batch.rows)
+                    rows.update((id(j), (j, d, now, size)) for j, d in fresh)
+                if batch is not None and batch.rows:
+                    drop = {key for key, (job, *_) in rows.items() if job.cancelled}
+                    for row, decoded in batch.step(drop):
+                        job, deliver, joined, size = rows.pop(row.key)
+                        out = None if decoded is None else Output(
+                            decoded.text, parse_output(decoded.text, job.entry), decoded.n_tokens, decoded.stopped,
+                            joined, time.perf_counter() - joined, size)
+                        deliver(job, out, None)
+            except Exception as exc:  # noqa: BLE001 - fails the rows of this batch only; the loop goes on
+                for job, deliver in new:
+                    if id(job) not in rows and not job.cancelled:
+                        deliver(job, None, exc)
+                for job, deliver, *_ in rows.values():
+                    deliver(job, None, exc)
+                rows.clear()
+                batch = None
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+
+def _resolve(future: asyncio.Future, result, error) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+class UpstreamEngine:
+    """Generation by an OpenAI-compatible server; this process loads no model."""
+
+    continuous = False  # the upstream batches by itself: every admitted batch is sent at once
+
+    def __init__(self, url: str, timeout_s: float):
+        import httpx
+
+        self.url = url
+        self.client = httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(timeout_s, connect=10.0))
+
+    def context_limit(self) -> int:
+        return 0  # unknown here; the upstream refuses what does not fit
+
+    def prompt_tokens(self, request: str, entry: ShardEntry) -> int:
+        return 0
+
+    async def call(self, fn: Callable, *args) -> Any:
+        return fn(*args)  # nothing model-side to serialise with
+
+    async def run(self, jobs: Sequence[Job]) -> list[Output]:
+        return list(await asyncio.gather(*(self._one(j, len(jobs)) for j in jobs)))
+
+    async def _one(self, job: Job, batch_size: int) -> Output:
+        import httpx
+
+        # The same prompt the local engine renders: the shard's system instruction, the user template, greedy
+        # decoding, and no "thinking" turn for templates that have one (prompts.render_prompt does the same).
+        body = {"model": job.shard, "temperature": 0, "max_tokens": job.max_new_tokens,
+                "chat_template_kwargs": {"enable_thinking": False},
+                "messages": [{"role": "system", "content": job.entry.system_prompt},
+                             {"role": "user", "content": USER_TEMPLATE.format(request=job.request)}]}
+        started = time.perf_counter()
+        try:
+            resp = await self.client.post("/v1/chat/completions", json=body)
+        except httpx.TimeoutException:
+            raise UpstreamError(f"upstream {self.url} did not answer in time", 504) from None
+        except httpx.HTTPError as exc:
+            raise UpstreamError(f"upstream {self.url} unreachable: {type(exc).__name__}: {exc}", 502) from None
+        if resp.status_code != 200:
+            raise UpstreamError(f"upstream {self.url} answered {resp.status_code}: {_error_text(resp)}", 502)
+        try:
+            data = resp.json()
+            choice = data["choices"][0]
+            text = choice["message"]["content"] or ""
+            usage = data.get("usage") or {}
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise UpstreamError(f"upstream {self.url} sent a reply that is not an OpenAI chat completion", 502) from None
+        return Output(text, parse_output(text, job.entry), int(usage.get("completion_tokens") or 0),
+                      choice.get("finish_reason") != "length", started, time.perf_counter() - started, batch_size)
+
+    async def load_adapter(self, name: str, path, token: str | None) -> None:
+        """Ask the upstream to load a newly published shard: vLLM's runtime LoRA API (``POST
+        /v1/load_lora_adapter``, needs VLLM_ALLOW_RUNTIME_LORA_UPDATING=True), which ``skillbank serve`` also
+        answers. Raises UpstreamError when it does not."""
+        import httpx
+
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        try:
+            resp = await self.client.post("/v1/load_lora_adapter", headers=headers,
+                                          json={"lora_name": name, "lora_path": str(Path(path).resolve())})
+        except httpx.HTTPError as exc:
+            raise UpstreamError(f"upstream {self.url} unreachable while loading shard {name!r}: {exc}") from None
+        if resp.status_code != 200:
+            raise UpstreamError(f"upstream {self.url} did not load shard {name!r} ({resp.status_code}: "
+                                f"{_error_text(resp)}); restart it with the shard (skillbank export vllm), "
+                                "then POST /v1/reload here")
+
+    def close(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def _error_text(resp) -> str:
+    try:
+        data = resp.json()
+        err = data.get("error") if isinstance(data, dict) else None
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if isinstance(data, dict) and data.get("detail"):
+            return str(data["detail"])
+    except ValueError:
+        pass
+    return resp.text[:200]

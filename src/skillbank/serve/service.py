@@ -1,0 +1,233 @@
+"""The state behind the HTTP app: the served snapshot, the engine, the batcher, learn jobs and metrics, and
+the one planning path that /v1/plan and /v1/chat/completions share (limits, routing, queueing, waiting)."""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from skillbank.errors import SkillbankError
+from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS
+from skillbank.serve import schemas as S
+from skillbank.serve.batcher import Batcher, QueueFull
+from skillbank.serve.config import ADMIN_TOKEN_ENV, ServeConfig
+from skillbank.serve.engine import Job, LocalEngine, Output, UpstreamEngine, UpstreamError
+from skillbank.serve.learn import LearnManager
+from skillbank.serve.metrics import Metrics
+from skillbank.serve.state import Snapshot, newer_snapshot
+
+log = logging.getLogger("skillbank.serve")
+
+ROUTER_MODEL = "skillbank"
+ERROR_TYPES = {400: "invalid_request_error", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+               405: "invalid_request_error", 409: "conflict", 413: "too_large", 415: "invalid_request_error",
+               422: "invalid_request_error", 429: "rate_limited", 499: "client_closed", 502: "upstream_error",
+               503: "unavailable", 504: "timeout"}
+ERRORS = {code: {"model": S.ErrorResponse} for code in (400, 413, 422, 429, 500, 504)}
+ADMIN_ERRORS = {code: {"model": S.ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 415, 422)}
+JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/jsonlines", "text/plain")
+
+
+class ServiceError(Exception):
+    """An answer other than 200, raised anywhere in a handler."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.headers = status, message, param, headers or {}
+
+
+def error_response(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
+    body = {"error": {"message": message, "type": ERROR_TYPES.get(status, "internal_error"), "param": param}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+class Service:
+    """The state behind the app: the served snapshot, the engine, the batcher, learn jobs, metrics."""
+
+    def __init__(self, snapshot: Snapshot, config: ServeConfig):
+        self.snapshot = snapshot
+        self.config = config
+        self.metrics = Metrics()
+        self.metrics.shards.set(len(snapshot.shard_names))
+        if config.upstream:
+            self.engine = UpstreamEngine(config.upstream, config.upstream_timeout_s)
+        else:
+            self.engine = LocalEngine(snapshot.bank.execution)
+        self.batcher: Batcher | None = None  # made on the event loop, at startup
+        self.learner = LearnManager(snapshot.bank.root, threads=config.learn_threads, on_finished=self.reload,
+                                    metrics=self.metrics)
+        self.started = int(time.time())
+
+    @property
+    def mode(self) -> str:
+        return "upstream" if self.config.upstream else "local"
+
+    async def start(self) -> None:
+        self.batcher = Batcher(self.engine, max_batch=self.config.effective_max_batch,
+                               window_s=self.config.effective_window_s, queue_size=self.config.queue_size,
+                               metrics=self.metrics)
+        self.batcher.start()
+
+    async def stop(self) -> None:
+        await self.learner.close()
+        if self.batcher is not None:
+            await self.batcher.stop()
+        if isinstance(self.engine, UpstreamEngine):
+            await self.engine.aclose()
+        self.engine.close()
+
+    async def reload(self) -> list[str]:
+        """Swap in the bank as published on disk, if it gained shards; returns the names added."""
+        current = self.snapshot
+        new = await self.engine.call(newer_snapshot, current)
+        if new is None:
+            return []
+        if isinstance(self.engine, UpstreamEngine):
+            # The upstream must hold the new LoRA modules before anything is routed to them.
+            for entry in new.manifest.shards[len(current.shard_names):]:
+                await self.engine.load_adapter(entry.name, new.bank.root / entry.dir, self.config.admin_token)
+        self.snapshot = new  # one assignment: requests already accepted keep the snapshot they were routed with
+        self.metrics.shards.set(len(new.shard_names))
+        added = [s for s in new.shard_names if s not in current.shard_names]
+        log.info("serving %d shards (added %s)", len(new.shard_names), ", ".join(added))
+        return added
+
+    def default_max_new_tokens(self, snap: Snapshot) -> int:
+        if self.config.max_new_tokens:
+            return self.config.max_new_tokens
+        longest = snap.max_target_tokens()
+        return min(DEFAULT_MAX_NEW_TOKENS, 2 * longest) if longest else DEFAULT_MAX_NEW_TOKENS
+
+    # -- the one planning path of /v1/plan and /v1/chat/completions --------------------------------
+    async def plan(self, requests: list[str], *, shard: str | None, max_new_tokens: int | None,
+                   http: Request | None, param: str = "request") -> list[tuple[Job, Output]]:
+        cfg, snap = self.config, self.snapshot
+        if not snap.shard_names:
+            raise ServiceError(409, f"the bank {snap.bank.root.name} has no shards yet; learn a family first")
+        if len(requests) > cfg.max_list:
+            raise ServiceError(413, f"too many requests in one call: {len(requests)}, the limit is {cfg.max_list}",
+                               param=param)
+        if not requests:
+            raise ServiceError(422, "no requests given: send a string or a non-empty list", param=param)
+        for i, r in enumerate(requests):
+            where = param if len(requests) == 1 else f"{param}[{i}]"
+            if not r.strip():
+                raise ServiceError(422, f"{where} is empty", param=where)
+            if len(r) > cfg.max_request_chars:
+                raise ServiceError(413, f"{where} is {len(r)} characters long, the limit is {cfg.max_request_chars}",
+                                   param=where)
+        requests = [r.strip() for r in requests]
+
+        t0 = time.perf_counter()
+        if shard is not None:
+            if shard not in snap.shard_names:
+                raise ServiceError(404, f"unknown shard {shard!r}; this bank has {snap.shard_names}", param="shard")
+            names, probs = [shard] * len(requests), [{shard: 1.0}] * len(requests)
+        else:
+            names, proba = snap.route(requests)
+            classes = list(snap.bank.address.classes_)
+            probs = [{c: float(p) for c, p in zip(classes, row)} for row in proba]
+        route_s = (time.perf_counter() - t0) / len(requests)
+        self.metrics.route_seconds.observe(route_s)
+
+        cap = self.default_max_new_tokens(snap)
+        mnt = min(max_new_tokens, cap) if max_new_tokens else cap
+        limit = self.engine.context_limit()
+        loop = asyncio.get_running_loop()
+        jobs = []
+        for i, (req, name, p) in enumerate(zip(requests, names, probs)):
+            entry = snap.entry(name)
+            n_prompt = self.engine.prompt_tokens(req, entry)
+            if limit and n_prompt + mnt > limit:
+                where = param if len(requests) == 1 else f"{param}[{i}]"
+                raise ServiceError(413, f"{where} is too long: {n_prompt} prompt tokens + {mnt} generation tokens "
+                                        f"exceed the base model's context of {limit} tokens", param=where)
+            jobs.append(Job(req, name, entry, p, route_s, mnt, loop.create_future(), prompt_tokens=n_prompt))
+        try:
+            self.batcher.submit(jobs)
+        except QueueFull as exc:
+            self.metrics.errors.labels("queue_full").inc()
+            raise ServiceError(429, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
+        return list(zip(jobs, await self._wait(jobs, http)))
+
+    async def _wait(self, jobs: list[Job], http: Request | None) -> list[Output]:
+        """Wait for every job, the deadline, or the client going away - whichever comes first."""
+        gathered = asyncio.gather(*(j.future for j in jobs))
+        waiters = {gathered}
+        watcher = None
+        if http is not None:
+            watcher = asyncio.ensure_future(_disconnected(http))
+            waiters.add(watcher)
+        deadline = jobs[0].enqueued + self.config.timeout_s
+        try:
+            done, _ = await asyncio.wait(waiters, timeout=max(0.0, deadline - time.perf_counter()),
+                                         return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the server cancelled this request (shutdown, or the client left)
+            self._abandon(jobs, gathered)
+            raise
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+        if gathered in done:
+            try:
+                return gathered.result()
+            except UpstreamError as exc:
+                self.metrics.errors.labels("upstream").inc()
+                raise ServiceError(exc.status, str(exc)) from None
+            except SkillbankError as exc:
+                self.metrics.errors.labels("generation").inc()
+                raise ServiceError(500, f"generation failed: {exc}") from None
+            except asyncio.CancelledError:
+                raise ServiceError(503, "the service is shutting down") from None
+        self._abandon(jobs, gathered)
+        if watcher is not None and watcher in done:
+            self.metrics.errors.labels("client_disconnected").inc()
+            # Nobody reads this answer; it only ends the handler (and is counted as 499 in the logs of proxies).
+            raise ServiceError(499, "client closed the connection")
+        self.metrics.errors.labels("timeout").inc()
+        raise ServiceError(504, f"no answer within the {self.config.timeout_s:g} s timeout "
+                                f"(queue depth {self.batcher.depth}); try again or raise --timeout-s")
+
+    @staticmethod
+    def _abandon(jobs: list[Job], gathered: asyncio.Future) -> None:
+        for job in jobs:
+            job.cancelled = True  # a queued job is dropped; a generating one finishes for its batch-mates
+        gathered.cancel()
+        gathered.add_done_callback(lambda f: f.cancelled() or f.exception())  # no "never retrieved" warning
+
+    def plan_result(self, job: Job, out: Output, arrived: float, routed: bool) -> dict:
+        valid = out.parsed.graph is not None
+        self.metrics.plans.labels(job.shard, str(valid).lower()).inc()
+        queue_s = max(0.0, out.started - job.enqueued)
+        self.metrics.queue_seconds.observe(queue_s)
+        self.metrics.generate_seconds.observe(out.generate_s)
+        return {"request": job.request, "shard": job.shard, "routed": routed, "probabilities": job.probabilities, "valid": valid,
+                "graph": out.parsed.graph.canonical().to_dict() if valid else None,
+                "error": None if valid else out.parsed.error, "raw": out.text, "tokens": out.n_tokens,
+                "truncated": not out.stopped, "batch_size": out.batch_size,
+                "timings": {"queue_ms": 1000 * queue_s, "route_ms": 1000 * job.route_s,
+                            "generate_ms": 1000 * out.generate_s,
+                            "total_ms": 1000 * (time.perf_counter() - arrived)}}
+
+    def check_admin(self, request: Request) -> None:
+        token = self.config.admin_token
+        if not token:
+            raise ServiceError(403, f"learning over HTTP is disabled: start the service with ${ADMIN_TOKEN_ENV} set")
+        given = request.headers.get("authorization", "")
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
+            self.metrics.errors.labels("unauthorized").inc()
+            raise ServiceError(401, "missing or wrong bearer token (Authorization: Bearer <token>)",
+                               headers={"WWW-Authenticate": "Bearer"})
+
+
+async def _disconnected(http: Request) -> None:
+    """Return when the client has gone away (the ASGI server delivers ``http.disconnect``)."""
+    while True:
+        message = await http.receive()
+        if message["type"] == "http.disconnect":
+            return

@@ -1,0 +1,370 @@
+"""The HTTP service on a tiny random model: every endpoint, bad input, batching, back-pressure, timeouts,
+client disconnects mid-batch, and the vLLM export."""
+import asyncio
+import json
+import socket
+import threading
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("httpx")
+
+from fastapi.testclient import TestClient  # noqa: E402
+from serve_helpers import MAX_NEW, Gate, build_bank, fresh_base, live_server, wait_for  # noqa: E402
+
+from skillbank.serve.app import create_app, service_of  # noqa: E402
+from skillbank.serve.config import ServeConfig  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def bank_dir(tmp_path_factory, tiny_model_dir, small_stream):
+    return build_bank(tmp_path_factory.mktemp("serve") / "bank", tiny_model_dir, small_stream,
+                      small_stream.family_keys[:2])
+
+
+@pytest.fixture(scope="module")
+def client(bank_dir, tiny_model_dir):
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, batch_window_ms=5), base=fresh_base(tiny_model_dir))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        yield c
+
+
+def requests_of(stream, *keys):
+    return [r.request for k in keys for r in stream.test[k]]
+
+
+def assert_error(resp, status, match):
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert set(body) == {"error"} and match in body["error"]["message"], body
+    assert "Traceback" not in resp.text
+
+
+def test_plan_one_and_many_match_the_bank(client, small_stream):
+    k1, k2 = small_stream.family_keys[:2]
+    svc = service_of(client.app)
+    reqs = requests_of(small_stream, k1, k2)
+    one = client.post("/v1/plan", json={"request": reqs[0]})
+    assert one.status_code == 200
+    [p] = one.json()["plans"]
+    assert p["routed"] and p["shard"] in (k1, k2) and set(p["probabilities"]) == {k1, k2}
+    assert abs(sum(p["probabilities"].values()) - 1) < 1e-6
+    assert p["valid"] == (p["graph"] is not None) == (p["error"] is None)
+    assert set(p["timings"]) == {"queue_ms", "route_ms", "generate_ms", "total_ms"} and p["timings"]["total_ms"] > 0
+    # the service answers exactly what the library does for the same request
+    [ref] = svc.snapshot.bank.plan([reqs[0]], max_new_tokens=MAX_NEW)
+    assert (p["shard"], p["raw"], p["probabilities"], p["graph"], p["error"]) == \
+        (ref.shard, ref.raw, ref.probabilities, ref.graph, ref.error)
+
+    many = client.post("/v1/plan", json={"request": reqs})
+    plans = many.json()["plans"]
+    assert [q["request"] for q in plans] == reqs
+    routed, _ = svc.snapshot.route(reqs)
+    assert [q["shard"] for q in plans] == routed
+    forced = client.post("/v1/plan", json={"request": reqs[:2], "shard": k2}).json()["plans"]
+    assert [(q["shard"], q["routed"], q["probabilities"]) for q in forced] == [(k2, False, {k2: 1.0})] * 2
+
+
+def test_mixed_shard_batch_equals_one_shard_at_a_time(client, small_stream):
+    """Rows of different shards share one batch (PEFT mixed adapters); each row gets its own shard's output."""
+    k1, k2 = small_stream.family_keys[:2]
+    svc = service_of(client.app)
+    reqs = requests_of(small_stream, k1)[:2] + requests_of(small_stream, k2)[:2]
+    shards = [k1, k2, k1, k2]
+    outs = svc.engine.execution.generate(reqs, shards, batch_size=1, max_new_tokens=MAX_NEW)
+    from skillbank.serve.decode import greedy_shrinking
+    from skillbank.model.prompts import render_prompt
+    base, tok = svc.engine.execution.base, svc.engine.tokenizer
+    prompts = [render_prompt(tok, r, svc.snapshot.entry(s).system_prompt) for r, s in zip(reqs, shards)]
+    mixed = greedy_shrinking(base.peft, tok, prompts, max_new_tokens=MAX_NEW, adapter_names=shards, base=base)
+    assert [o.text for o in mixed] == [o.text for o in outs]
+    # and through the service: one call of four requests is one batch of four rows
+    plans = client.post("/v1/plan", json={"request": reqs}).json()["plans"]
+    assert {p["batch_size"] for p in plans} == {4}
+    routed = svc.engine.execution.generate(reqs, [p["shard"] for p in plans], batch_size=1, max_new_tokens=MAX_NEW)
+    assert [p["raw"] for p in plans] == [o.text for o in routed]
+
+
+def test_chat_completions(client, small_stream):
+    k1, k2 = small_stream.family_keys[:2]
+    req = requests_of(small_stream, k2)[0]
+    r = client.post("/v1/chat/completions", json={"model": "skillbank", "temperature": 0.7,
+                                                  "messages": [{"role": "system", "content": "ignored"},
+                                                               {"role": "user", "content": req}]})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["object"] == "chat.completion" and body["model"] in (k1, k2)
+    choice = body["choices"][0]
+    assert choice["message"]["role"] == "assistant" and choice["finish_reason"] in ("stop", "length")
+    [plan] = client.post("/v1/plan", json={"request": req}).json()["plans"]
+    expected = json.dumps(plan["graph"], ensure_ascii=False) if plan["valid"] else plan["raw"]
+    assert choice["message"]["content"] == expected and body["skillbank"]["shard"] == plan["shard"]
+    assert body["usage"]["total_tokens"] == body["usage"]["prompt_tokens"] + body["usage"]["completion_tokens"] > 0
+    # a shard name as the model forces it; text parts work as content
+    forced = client.post("/v1/chat/completions", json={"model": k1, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": req}]}]}).json()
+    assert forced["model"] == k1 and forced["skillbank"]["routed"] is False
+    assert_error(client.post("/v1/chat/completions", json={"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]}),
+                 404, "unknown model 'gpt-4'")
+    assert_error(client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "stream": True}),
+                 400, "stream=true is not supported")
+    assert_error(client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "n": 2}),
+                 400, "n must be 1")
+    assert_error(client.post("/v1/chat/completions", json={"messages": [{"role": "system", "content": "x"}]}),
+                 400, "no user message")
+    assert_error(client.post("/v1/chat/completions", json={"messages": []}), 422, "messages")
+
+
+def test_models_shards_health_metrics_openapi(client, small_stream):
+    k1, k2 = small_stream.family_keys[:2]
+    models = client.get("/v1/models").json()
+    assert models["object"] == "list" and [m["id"] for m in models["data"]] == ["skillbank", k1, k2]
+    shards = client.get("/v1/shards").json()
+    assert [s["name"] for s in shards["shards"]] == [k1, k2]
+    skills = shards["shards"][0]["skills"]
+    assert {s["id"] for s in skills} == set(small_stream.catalog.family(k1).skills)
+    assert all("description" in s for s in skills)  # specs from the shard's skills.json
+    health = client.get("/healthz").json()
+    assert health == {"status": "ok", "mode": "local", "shards": 2, "queue_depth": 0, "learning": None, "version": 1}
+    client.post("/v1/plan", json={"request": "book a table"})
+    metrics = client.get("/metrics")
+    assert metrics.headers["content-type"].startswith("text/plain")
+    text = metrics.text
+    for series in ('skillbank_http_requests_total{endpoint="/v1/plan",method="POST",status="200"}',
+                   "skillbank_http_request_seconds_bucket", "skillbank_batch_size_bucket",
+                   "skillbank_route_seconds_bucket", "skillbank_queue_depth", "skillbank_shards 2.0",
+                   'skillbank_plans_total{shard="'):
+        assert series in text, series
+    schema = client.get("/openapi.json").json()
+    for path in ("/v1/plan", "/v1/chat/completions", "/v1/models", "/v1/shards", "/v1/families",
+                 "/v1/families/{job_id}", "/healthz", "/metrics"):
+        assert path in schema["paths"], path
+    plan_op = schema["paths"]["/v1/plan"]["post"]
+    assert {"200", "413", "422", "429"} <= set(plan_op["responses"])
+    assert "application/x-ndjson" in schema["paths"]["/v1/families"]["post"]["requestBody"]["content"]
+    page = client.get("/")
+    assert page.status_code == 200 and 'id="graph"' in page.text and 'id="prob-chart"' in page.text
+
+
+def test_bad_input_gets_clear_errors(client, small_stream):
+    k1 = small_stream.family_keys[0]
+    post = client.post
+    assert_error(post("/v1/plan", content=b'{"request": "x"', headers={"content-type": "application/json"}),
+                 400, "malformed JSON")
+    assert_error(post("/v1/plan", json={"request": 5}), 422, "request:")
+    assert_error(post("/v1/plan", json={"requests": ["x"]}), 422, "requests: Extra inputs are not permitted")
+    assert_error(post("/v1/plan", json={"request": "   "}), 422, "request is empty")
+    assert_error(post("/v1/plan", json={"request": ["ok", ""]}), 422, "request[1] is empty")
+    assert_error(post("/v1/plan", json={"request": []}), 422, "no requests given")
+    assert_error(post("/v1/plan", json={"request": "x" * 4001}), 413, "4001 characters long, the limit is 4000")
+    assert_error(post("/v1/plan", json={"request": ["a"] * 65}), 413, "65, the limit is 64")
+    assert_error(post("/v1/plan", content=b"x" * 2_000_000, headers={"content-type": "application/json"}),
+                 413, "over the limit")
+    assert_error(post("/v1/plan", json={"request": "9 " * 1990}), 413, "exceed the base model's context")
+    assert_error(post("/v1/plan", json={"request": "x", "shard": "../../etc"}), 404, "unknown shard '../../etc'")
+    assert_error(post("/v1/plan", json={"request": "x", "max_new_tokens": 0}), 422, "max_new_tokens")
+    assert_error(client.get("/v1/nothing"), 404, "no such endpoint")
+    assert_error(client.get("/v1/plan"), 405, "Method Not Allowed")
+    # the service is unharmed
+    assert post("/v1/plan", json={"request": "book a table", "shard": k1}).status_code == 200
+
+
+def test_unexpected_error_is_a_500_without_traceback(bank_dir, tiny_model_dir, monkeypatch):
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW), base=fresh_base(tiny_model_dir))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        def boom(batch, jobs):
+            raise RuntimeError("secret internal detail")
+        service_of(app).engine.join_rows = boom
+        r = c.post("/v1/plan", json={"request": "book a table"})
+        assert r.status_code == 500 and "secret" not in r.text and "Traceback" not in r.text
+        assert r.json()["error"]["type"] == "internal_error"
+
+
+def test_concurrent_requests_are_batched(bank_dir, tiny_model_dir, small_stream):
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, batch_window_ms=200, max_batch=8),
+                     base=fresh_base(tiny_model_dir))
+    reqs = requests_of(small_stream, *small_stream.family_keys[:2])
+    with TestClient(app) as c:
+        results = [None] * len(reqs)
+
+        def call(i):
+            results[i] = c.post("/v1/plan", json={"request": reqs[i]}).json()["plans"][0]
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(len(reqs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert max(p["batch_size"] for p in results) > 1
+        assert "skillbank_batch_size_count" in c.get("/metrics").text
+
+
+def test_no_batching_generates_one_at_a_time(bank_dir, tiny_model_dir, small_stream):
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, batching=False), base=fresh_base(tiny_model_dir))
+    with TestClient(app) as c:
+        plans = c.post("/v1/plan", json={"request": requests_of(small_stream, small_stream.family_keys[0])}).json()["plans"]
+        assert [p["batch_size"] for p in plans] == [1] * len(plans)
+
+
+def test_full_queue_answers_429_with_retry_after(bank_dir, tiny_model_dir):
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, queue_size=2, batch_window_ms=0),
+                     base=fresh_base(tiny_model_dir))
+    with TestClient(app) as c:
+        svc = service_of(app)
+        gate = Gate(svc.engine)
+        first = {}
+        t = threading.Thread(target=lambda: first.update(r=c.post("/v1/plan", json={"request": ["a b", "c d"]})))
+        t.start()
+        gate.wait_entered()
+        r = c.post("/v1/plan", json={"request": "book a table"})
+        assert_error(r, 429, "the queue is full")
+        assert int(r.headers["retry-after"]) >= 1
+        gate.release()
+        t.join(60)
+        assert first["r"].status_code == 200
+        assert c.post("/v1/plan", json={"request": "book a table"}).status_code == 200
+        assert 'skillbank_errors_total{kind="queue_full"} 1.0' in c.get("/metrics").text
+
+
+def test_timeout_is_a_504_and_spares_the_rest(bank_dir, tiny_model_dir):
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, timeout_s=0.5, batch_window_ms=0),
+                     base=fresh_base(tiny_model_dir))
+    with TestClient(app) as c:
+        gate = Gate(service_of(app).engine)
+        r = {}
+        t = threading.Thread(target=lambda: r.update(a=c.post("/v1/plan", json={"request": "slow one"})))
+        t.start()
+        gate.wait_entered()
+        t.join(30)
+        assert_error(r["a"], 504, "timeout")
+        gate.release()
+        wait_for(lambda: service_of(app).batcher.depth == 0, what="the held batch to finish")
+        assert c.post("/v1/plan", json={"request": "book a table"}).status_code == 200
+
+
+def test_client_disconnect_mid_batch_does_not_disturb_its_batch_mates(bank_dir, tiny_model_dir, small_stream):
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, batch_window_ms=300, max_batch=4),
+                     base=fresh_base(tiny_model_dir))
+    svc = service_of(app)
+    req_a, req_b = requests_of(small_stream, small_stream.family_keys[0])[:2]
+    with live_server(app) as url:
+        import httpx
+        alone = httpx.post(url + "/v1/plan", json={"request": req_b}, timeout=60).json()["plans"][0]
+        gate = Gate(svc.engine)
+        # client A: a raw socket that sends its request and then hangs up while its batch is generating
+        host, port = url.removeprefix("http://").split(":")
+        body = json.dumps({"request": req_a}).encode()
+        sock = socket.create_connection((host, int(port)))
+        sock.sendall(b"POST /v1/plan HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        result = {}
+        t = threading.Thread(target=lambda: result.update(b=httpx.post(url + "/v1/plan", json={"request": req_b},
+                                                                         timeout=60)))
+        t.start()
+        gate.wait_entered()
+        wait_for(lambda: svc.batcher.depth == 2, what="both requests in one batch")
+        sock.close()
+        wait_for(lambda: 'kind="client_disconnected"} 1.0' in svc.metrics.render().decode(), what="the disconnect")
+        gate.release()
+        t.join(60)
+        b = result["b"].json()["plans"][0]
+        assert result["b"].status_code == 200 and b["batch_size"] == 2
+        assert (b["shard"], b["raw"]) == (alone["shard"], alone["raw"])
+        wait_for(lambda: svc.batcher.depth == 0, what="an empty queue")
+        assert httpx.get(url + "/healthz").json()["status"] == "ok"
+
+
+def test_export_vllm_command(bank_dir, small_stream, tmp_path):
+    from typer.testing import CliRunner
+
+    from skillbank.cli import app as cli
+    k1, k2 = small_stream.family_keys[:2]
+    runner = CliRunner()
+    res = runner.invoke(cli, ["export", "vllm", str(bank_dir), "--port", "9001"])
+    assert res.exit_code == 0, res.output
+    cmd = res.stdout.strip()
+    base = json.loads((bank_dir / "bank.json").read_text())["base"]["name"]
+    assert cmd.startswith(f"vllm serve {base} --host 127.0.0.1 --port 9001 --enable-lora --lora-modules ")
+    assert f"{k1}={bank_dir.resolve()}/shards/0001-{k1}" in cmd and f"{k2}={bank_dir.resolve()}/shards/0002-{k2}" in cmd
+    assert "--max-lora-rank 16 --max-loras 2" in cmd  # rank 16 (the recipe's), two shards
+    res = runner.invoke(cli, ["export", "vllm", str(bank_dir), "--out", str(tmp_path / "vllm.sh")])
+    assert res.exit_code == 0 and (tmp_path / "vllm.sh").read_text().startswith("#!/bin/sh")
+    res = runner.invoke(cli, ["export", "vllm", str(tmp_path)])
+    assert res.exit_code == 2 and "not a skill bank" in res.output
+
+
+def test_serve_command_refuses_bad_settings(bank_dir):
+    from typer.testing import CliRunner
+
+    from skillbank.cli import app as cli
+    res = CliRunner().invoke(cli, ["serve", str(bank_dir), "--upstream", "ftp://x"])
+    assert res.exit_code == 2 and "upstream must be an http(s):// URL" in res.output
+    res = CliRunner().invoke(cli, ["serve", str(bank_dir.parent / "missing")])
+    assert res.exit_code == 2 and "does not exist" in res.output
+
+
+def test_batcher_drops_cancelled_jobs_before_generation():
+    """A job whose client left while it was queued never reaches the engine."""
+    from skillbank.serve.batcher import Batcher
+    from skillbank.serve.engine import Job
+
+    class Recorder:
+        continuous = True
+
+        def __init__(self):
+            self.seen = []
+
+        def admit(self, jobs, deliver):
+            self.seen.append([j.request for j in jobs])
+            for j in jobs:
+                deliver(j, j.request.upper(), None)
+
+    async def scenario():
+        engine = Recorder()
+        b = Batcher(engine, max_batch=8, window_s=0.05, queue_size=8)
+        b.start()
+        loop = asyncio.get_running_loop()
+        jobs = [Job(r, "s", None, {}, 0.0, 4, loop.create_future()) for r in ("a", "b", "c")]
+        b.submit(jobs)
+        jobs[1].cancelled = True
+        out = await asyncio.gather(jobs[0].future, jobs[2].future)
+        await b.stop()
+        return engine.seen, out, b.depth
+
+    seen, out, depth = asyncio.run(scenario())
+    assert seen == [["a", "c"]] and out == ["A", "C"] and depth == 0
+
+
+def test_shrinking_decode_matches_generate_when_rows_stop_early(client, small_stream, monkeypatch):
+    """Rows that stop leave the batch; the others' outputs stay exactly those of model.generate."""
+    import importlib
+
+    import torch
+
+    from skillbank.model.prompts import stop_token_ids
+    from skillbank.serve import decode as dec_mod
+    gen_mod = importlib.import_module("skillbank.model.generate")
+    k1, k2 = small_stream.family_keys[:2]
+    svc = service_of(client.app)
+    base, tok = svc.engine.execution.base, svc.engine.tokenizer
+    # The tiny random model answers every chat-templated prompt alike (the template's last tokens decide),
+    # so use raw text prompts: each row then repeats a token of its own.
+    prompts = ["book a flight to Paris", "translate this", "9 9 9 9 hello", "What is the weather like in Lisbon",
+               "zebra", "Ana"]
+    names = [k1, k2, k1, k2, k1, k2]
+    first = []
+    with torch.inference_mode():
+        for p, n in zip(prompts, names):
+            ids = torch.tensor([tok(p, add_special_tokens=False)["input_ids"]])
+            first.append(int(base.activate(n)(input_ids=ids).logits[0, -1].argmax()))
+    stops = stop_token_ids(tok, base.model) + [first[0], first[3]]  # rows 0 and 3 (and any alike) stop at once
+    monkeypatch.setattr(dec_mod, "stop_token_ids", lambda *a: stops)
+    monkeypatch.setattr(gen_mod, "stop_token_ids", lambda *a: stops)
+    mine = dec_mod.greedy_shrinking(base.peft, tok, prompts, max_new_tokens=12, adapter_names=names, base=base)
+    assert mine[0].n_tokens == 1 and mine[0].stopped and len({d.n_tokens for d in mine}) > 1
+    ref = []
+    for p, n in zip(prompts, names):
+        [g] = gen_mod.generate(base.activate(n), tok, [p], batch_size=1, max_new_tokens=12)
+        ref.append((g.text, g.n_tokens, g.stopped))
+    assert [(d.text, d.n_tokens, d.stopped) for d in mine] == ref

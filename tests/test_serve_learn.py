@@ -1,0 +1,193 @@
+"""Learning while serving: a background learn keeps the served answers exactly as they were, publishes
+atomically, and the new family is routed to afterwards; bad uploads, auth, and a killed job."""
+import json
+import time
+
+import pytest
+
+pytest.importorskip("fastapi")
+
+from fastapi.testclient import TestClient  # noqa: E402
+from serve_helpers import MAX_NEW, TOKEN, build_bank, copy_bank, fresh_base, wait_for  # noqa: E402
+
+from skillbank.serve.app import create_app, service_of  # noqa: E402
+from skillbank.serve.config import ServeConfig  # noqa: E402
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture(scope="module")
+def two_family_bank(tmp_path_factory, tiny_model_dir, small_stream):
+    return build_bank(tmp_path_factory.mktemp("learn") / "bank", tiny_model_dir, small_stream,
+                      small_stream.family_keys[:2])
+
+
+def jsonl(records) -> str:
+    return "".join(json.dumps(r.to_dict()) + "\n" for r in records)
+
+
+def app_for(bank, model_dir, **cfg):
+    return create_app(bank, ServeConfig(max_new_tokens=MAX_NEW, admin_token=TOKEN, **cfg), base=fresh_base(model_dir))
+
+
+def plan_all(c, reqs):
+    # One at a time: each request is then a batch of one, so answers do not depend on batch composition.
+    return [c.post("/v1/plan", json={"request": r}).json()["plans"][0] for r in reqs]
+
+
+def key(p):
+    return p["shard"], p["probabilities"], p["raw"], p["graph"], p["error"]
+
+
+def test_learn_while_serving(tmp_path, two_family_bank, tiny_model_dir, small_stream):
+    k1, k2, k3 = small_stream.family_keys[:3]
+    bank = copy_bank(two_family_bank, tmp_path / "bank")
+    app = app_for(bank, tiny_model_dir)
+    held_out = [r.request for k in (k1, k2, k3) for r in small_stream.test[k]]
+    with TestClient(app) as c:
+        before = plan_all(c, held_out)
+        assert {p["shard"] for p in before} <= {k1, k2}
+        r = c.post(f"/v1/families?family={k3}", content=jsonl(small_stream.train[k3]),
+                   headers={**AUTH, "Content-Type": "application/x-ndjson"})
+        assert r.status_code == 202, r.text
+        job = r.json()
+        assert job["family"] == k3 and job["records"] == len(small_stream.train[k3])
+        assert r.headers["location"] == f"/v1/families/{job['job']}"
+        assert c.get("/healthz").json()["learning"] == job["job"]
+        assert_busy = c.post("/v1/families", json={"family": "another", "records": jsonl(small_stream.train[k3])},
+                             headers=AUTH)
+        assert assert_busy.status_code == 409 and "still running" in assert_busy.json()["error"]["message"]
+
+        # while the job runs, every answer is exactly the pre-learn bank's
+        rounds, states = 0, set()
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            status = c.get(f"/v1/families/{job['job']}", headers=AUTH).json()
+            states.add(status["state"])
+            if status["state"] in ("done", "failed", "cancelled"):
+                break
+            during = plan_all(c, held_out)
+            if c.get("/healthz").json()["version"] != 1:
+                break  # published during this round: its later answers may come from the new bank
+            assert [key(p) for p in during] == [key(p) for p in before]
+            rounds += 1
+        wait_for(lambda: c.get(f"/v1/families/{job['job']}", headers=AUTH).json()["state"] in ("done", "failed"),
+                 600, "the job to end")
+        status = c.get(f"/v1/families/{job['job']}", headers=AUTH).json()
+        assert status["state"] == "done", status
+        assert rounds >= 1 and status["progress"]["fraction"] == 1.0
+        assert status["result"]["shard"].endswith(f"-{k3}") and status["error"] is None
+        assert "training" in states or "loading" in states
+
+        # published: the new family is served without a restart and routed to
+        assert [m["id"] for m in c.get("/v1/models").json()["data"]] == ["skillbank", k1, k2, k3]
+        assert c.get("/healthz").json()["version"] == 2
+        after = plan_all(c, held_out)
+        new_family = [p for p, r in zip(after, held_out) if r in {x.request for x in small_stream.test[k3]}]
+        assert all(k3 in p["probabilities"] for p in after)
+        assert sum(p["shard"] == k3 for p in new_family) > len(new_family) / 2
+        forced = c.post("/v1/plan", json={"request": held_out[0], "shard": k3}).json()["plans"][0]
+        assert forced["shard"] == k3
+        jobs = c.get("/v1/families", headers=AUTH).json()["jobs"]
+        assert [j["state"] for j in jobs] == ["done"]
+        assert 'skillbank_learn_jobs_total{state="done"} 1.0' in c.get("/metrics").text
+    # the bank on disk is the published one and keeps no records
+    manifest = json.loads((bank / "bank.json").read_text())
+    assert [s["name"] for s in manifest["shards"]] == [k1, k2, k3]
+    blob = b"".join(p.read_bytes() for p in bank.rglob("*") if p.is_file())
+    assert all(r.request.encode() not in blob for r in small_stream.train[k3])
+
+
+def test_learn_refusals(tmp_path, two_family_bank, tiny_model_dir, small_stream):
+    k1, k2, k3 = small_stream.family_keys[:3]
+    bank = copy_bank(two_family_bank, tmp_path / "bank")
+    manifest = (bank / "bank.json").read_bytes()
+    good = jsonl(small_stream.train[k3])
+
+    no_token = create_app(bank, ServeConfig(max_new_tokens=MAX_NEW), base=fresh_base(tiny_model_dir))
+    with TestClient(no_token) as c:
+        r = c.post("/v1/families", json={"family": k3, "records": good}, headers=AUTH)
+        assert r.status_code == 403 and "SKILLBANK_ADMIN_TOKEN" in r.json()["error"]["message"]
+
+    app = app_for(bank, tiny_model_dir)
+    with TestClient(app) as c:
+        def learn(body=None, headers=AUTH, **kw):
+            return c.post("/v1/families", json=body, headers=headers, **kw)
+
+        def err(r, status, match):
+            assert r.status_code == status, r.text
+            assert match in r.json()["error"]["message"] and "Traceback" not in r.text
+
+        err(learn({"family": k3, "records": good}, headers={}), 401, "bearer token")
+        assert learn({"family": k3, "records": good}, headers={}).headers["www-authenticate"] == "Bearer"
+        err(learn({"family": k3, "records": good}, headers={"Authorization": "Bearer wrong"}), 401, "bearer token")
+        err(c.get("/v1/families", headers={"Authorization": "Basic x"}), 401, "bearer token")
+        for name in ("../evil", "a/b", ".hidden", "..", "x" * 65):
+            err(learn({"family": name, "records": good}), 422, "invalid family name")
+        err(learn({"family": k1, "records": good}), 409, "already in the bank")
+        bad = good.splitlines()
+        bad[1] = '{"id": "oops", "family": "x"'
+        bad[2] = '{"id": "nograph", "family": "x", "request": "r"}'
+        err(learn({"family": k3, "records": "\n".join(bad)}), 422, "2 bad record line(s): line 2: malformed JSON")
+        err(learn({"family": k3, "records": "\n".join(bad)}), 422, "line 3: missing field 'graph'")
+        err(learn({"family": k3, "records": ""}), 422, "no records uploaded")
+        err(learn({"family": k3, "records": jsonl(small_stream.train[k1])}), 422, "already learned by another shard")
+        err(learn({"family": k3, "records": good, "train": {"epochs": 0}}), 422, "TrainConfig.epochs")
+        err(learn({"family": k3, "records": good, "train": {"nope": 1}}), 422, "unknown TrainConfig field")
+        err(learn({"family": k3, "records": good, "recipe": "fast"}), 422, "recipe")
+        err(learn({"family": k3}), 422, "records")
+        err(c.post("/v1/families", content=b'{"family": ', headers={**AUTH, "Content-Type": "application/json"}),
+            400, "malformed JSON")
+        err(c.post("/v1/families", content=good, headers={**AUTH, "Content-Type": "application/x-ndjson"}),
+            422, "family name is missing")
+        err(c.post("/v1/families?family=x", content=good, headers={**AUTH, "Content-Type": "image/png"}),
+            415, "unsupported content type")
+        err(c.get("/v1/families/nope", headers=AUTH), 404, "no learn job 'nope'")
+        assert (bank / "bank.json").read_bytes() == manifest
+        assert c.get("/v1/families", headers=AUTH).json() == {"jobs": []}
+
+
+def test_killed_learn_job_leaves_the_served_bank_unchanged(tmp_path, two_family_bank, tiny_model_dir, small_stream):
+    k1, k2, k3 = small_stream.family_keys[:3]
+    bank = copy_bank(two_family_bank, tmp_path / "bank")
+    manifest = (bank / "bank.json").read_bytes()
+    app = app_for(bank, tiny_model_dir)
+    reqs = [r.request for k in (k1, k3) for r in small_stream.test[k]]
+    with TestClient(app) as c:
+        before = plan_all(c, reqs)
+        job = c.post("/v1/families", json={"family": k3, "records": jsonl(small_stream.train[k3])}, headers=AUTH).json()
+        wait_for(lambda: service_of(app).learner.jobs[job["job"]].process is not None, what="the learn process")
+        cancelled = c.delete(f"/v1/families/{job['job']}", headers=AUTH).json()
+        assert cancelled["state"] == "cancelled"
+        wait_for(lambda: service_of(app).learner.jobs[job["job"]].finished is not None, 60, "the job to end")
+        status = c.get(f"/v1/families/{job['job']}", headers=AUTH).json()
+        assert status["state"] == "cancelled" and "bank is unchanged" in status["error"]
+        assert (bank / "bank.json").read_bytes() == manifest
+        assert [key(p) for p in plan_all(c, reqs)] == [key(p) for p in before]
+        assert [m["id"] for m in c.get("/v1/models").json()["data"]] == ["skillbank", k1, k2]
+        # a new job after the kill works (its learn clears the killed one's leftovers)
+        job2 = c.post("/v1/families", json={"family": k3, "records": jsonl(small_stream.train[k3])}, headers=AUTH).json()
+        wait_for(lambda: service_of(app).learner.jobs[job2["job"]].finished is not None, 600, "the second job")
+        assert c.get(f"/v1/families/{job2['job']}", headers=AUTH).json()["state"] == "done"
+        assert [m["id"] for m in c.get("/v1/models").json()["data"]] == ["skillbank", k1, k2, k3]
+
+
+def test_reload_picks_up_a_family_learned_by_another_process(tmp_path, two_family_bank, tiny_model_dir, small_stream):
+    from serve_helpers import CFG
+
+    from skillbank.memory.bank import SkillBank
+    k1, k2, k3 = small_stream.family_keys[:3]
+    bank = copy_bank(two_family_bank, tmp_path / "bank")
+    app = app_for(bank, tiny_model_dir)
+    with TestClient(app) as c:
+        before = plan_all(c, [small_stream.test[k1][0].request])
+        # `skillbank learn` on the same directory, as another process would do it
+        other = SkillBank.open(bank, base=fresh_base(tiny_model_dir))
+        other.learn(k3, small_stream.train[k3], CFG, catalog=small_stream.catalog, progress=False)
+        assert [m["id"] for m in c.get("/v1/models").json()["data"]] == ["skillbank", k1, k2]  # not yet
+        assert c.post("/v1/reload").status_code == 401
+        shards = c.post("/v1/reload", headers=AUTH).json()
+        assert [s["name"] for s in shards["shards"]] == [k1, k2, k3] and shards["version"] == 2
+        after = plan_all(c, [small_stream.test[k1][0].request])
+        assert set(after[0]["probabilities"]) == {k1, k2, k3} and before[0]["shard"] in (k1, k2)
+        assert c.post("/v1/reload", headers=AUTH).json()["version"] == 2  # nothing new: unchanged

@@ -1,0 +1,83 @@
+"""--upstream mode over real HTTP on loopback: routing stays in the front service, generation is done by a
+second `skillbank serve` process (standing in for vLLM), which gets the routed shard as the model name."""
+import json
+
+import pytest
+
+pytest.importorskip("fastapi")
+
+import httpx  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+from serve_helpers import MAX_NEW, TOKEN, build_bank, copy_bank, free_port, serve_process, wait_for  # noqa: E402
+
+from skillbank.serve.app import create_app, service_of  # noqa: E402
+from skillbank.serve.config import ServeConfig  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def bank_dir(tmp_path_factory, tiny_model_dir, small_stream):
+    return build_bank(tmp_path_factory.mktemp("upstream") / "bank", tiny_model_dir, small_stream,
+                      small_stream.family_keys[:2])
+
+
+def test_upstream_mode_routes_here_and_generates_there(bank_dir, small_stream):
+    k1, k2 = small_stream.family_keys[:2]
+    reqs = [r.request for k in (k1, k2) for r in small_stream.test[k]]
+    with serve_process(bank_dir, "--max-new-tokens", str(MAX_NEW)) as upstream:
+        front = create_app(bank_dir, ServeConfig(upstream=upstream, max_new_tokens=MAX_NEW))
+        svc = service_of(front)
+        assert svc.snapshot.bank.execution is None  # the front loads no model
+        with TestClient(front) as c:
+            assert c.get("/healthz").json()["mode"] == "upstream"
+            plans = c.post("/v1/plan", json={"request": reqs}).json()["plans"]
+            shards, _ = svc.snapshot.route(reqs)
+            assert [p["shard"] for p in plans] == shards
+            for req, p in zip(reqs, plans):
+                # what the upstream generates for that request when the routed shard is forced
+                direct = httpx.post(upstream + "/v1/plan", json={"request": req, "shard": p["shard"]},
+                                    timeout=60).json()["plans"][0]
+                assert p["valid"] == direct["valid"] and p["graph"] == direct["graph"]
+                assert p["routed"] and set(p["probabilities"]) == {k1, k2}
+                if not direct["valid"]:
+                    assert p["raw"] == direct["raw"]
+            chat = c.post("/v1/chat/completions", json={"model": k2, "messages": [{"role": "user", "content": reqs[0]}]})
+            assert chat.status_code == 200 and chat.json()["model"] == k2
+            direct = httpx.post(upstream + "/v1/chat/completions",
+                                json={"model": k2, "messages": [{"role": "user", "content": reqs[0]}]}, timeout=60).json()
+            assert chat.json()["choices"][0]["message"]["content"] == direct["choices"][0]["message"]["content"]
+            # the upstream counted what it generated, by shard
+            text = httpx.get(upstream + "/metrics").text
+            assert 'skillbank_plans_total{shard="' in text
+
+
+def test_upstream_down_is_a_502(bank_dir):
+    front = create_app(bank_dir, ServeConfig(upstream=f"http://127.0.0.1:{free_port()}", max_new_tokens=MAX_NEW))
+    with TestClient(front) as c:
+        r = c.post("/v1/plan", json={"request": "book a table"})
+        assert r.status_code == 502 and "unreachable" in r.json()["error"]["message"]
+        assert json.loads(r.text)["error"]["type"] == "upstream_error"
+        assert c.get("/healthz").json()["status"] == "ok"
+
+
+def test_learning_in_upstream_mode_loads_the_new_shard_upstream(tmp_path, bank_dir, small_stream):
+    """After a learn, the front asks the upstream to load the new LoRA module (vLLM's /v1/load_lora_adapter,
+    which `skillbank serve` answers too) before it routes anything to it."""
+    k1, k2, k3 = small_stream.family_keys[:3]
+    bank = copy_bank(bank_dir, tmp_path / "bank")
+    records = "".join(json.dumps(r.to_dict()) + "\n" for r in small_stream.train[k3])
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with serve_process(bank, "--max-new-tokens", str(MAX_NEW), token=TOKEN) as upstream:
+        front = create_app(bank, ServeConfig(upstream=upstream, max_new_tokens=MAX_NEW, admin_token=TOKEN))
+        with TestClient(front) as c:
+            job = c.post("/v1/families", json={"family": k3, "records": records}, headers=auth).json()
+            wait_for(lambda: c.get(f"/v1/families/{job['job']}", headers=auth).json()["state"] in ("done", "failed"),
+                     600, "the learn job")
+            assert c.get(f"/v1/families/{job['job']}", headers=auth).json()["state"] == "done"
+            assert [m["id"] for m in httpx.get(upstream + "/v1/models").json()["data"]] == ["skillbank", k1, k2, k3]
+            r = c.post("/v1/plan", json={"request": small_stream.test[k3][0].request, "shard": k3})
+            assert r.status_code == 200 and r.json()["plans"][0]["shard"] == k3
+        # the upstream refuses to load anything but a shard its bank published
+        bad = httpx.post(upstream + "/v1/load_lora_adapter", headers=auth,
+                         json={"lora_name": k3, "lora_path": "/etc"})
+        assert bad.status_code == 409 and "is at" in bad.json()["error"]["message"]
+        assert httpx.post(upstream + "/v1/load_lora_adapter", json={"lora_name": k3, "lora_path": "/etc"}).status_code == 401
