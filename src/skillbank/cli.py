@@ -153,12 +153,14 @@ def route_eval_cmd(
     n_features: int = typer.Option(2**18, help="Hashing space of the Address Memory."),
     alpha: float = typer.Option(0.01, help="Naive Bayes smoothing of the Address Memory."),
     prior: str = typer.Option("uniform", help="Address Memory class prior: 'uniform' or 'empirical'."),
+    extra: List[str] = typer.Option([], "--selector", help="Also evaluate this text-only selector kind, e.g. "
+                                    "embed-lda-nb (MiniLM LDA + hashing NB, replay-free). Repeatable."),
     as_json: bool = typer.Option(False, "--json", help="Print results as JSON."),
 ):
     """Route accuracy after every prefix: replay-free Address Memory vs the offline TF-IDF+LR reference."""
     from skillbank.data.stream import Stream
     stream = Stream.load(stream_dir)
-    results = run_route_eval(stream, orders, n_features, alpha, prior)
+    results = run_route_eval(stream, orders, n_features, alpha, prior, extra)
     if as_json:
         print(json.dumps([r.to_dict() for r in results], indent=1))
     else:
@@ -166,13 +168,22 @@ def route_eval_cmd(
             print_route_table(stream, r)
 
 
-def run_route_eval(stream, orders, n_features=2**18, alpha=0.01, prior="uniform"):
+def run_route_eval(stream, orders, n_features=2**18, alpha=0.01, prior="uniform", extra=()):
     from skillbank.continual.routing import route_eval
-    from skillbank.memory.address import HashingNBAddress, TfidfLogRegAddress
+    from skillbank.memory.address import HashingNBAddress, TfidfLogRegAddress, make_selector
+    from skillbank.memory.selectors import TEXT_KINDS
     selectors = {
         "address (hashing+NB)": lambda: HashingNBAddress(n_features=n_features, alpha=alpha, prior=prior),
         "offline TF-IDF+LR": TfidfLogRegAddress,
     }
+    for kind in extra:
+        if kind not in TEXT_KINDS:
+            raise typer.BadParameter(f"--selector {kind!r}: route-eval takes text-only kinds {list(TEXT_KINDS)}; "
+                                     "model-based selectors need a bank: use `skillbank selectors`")
+        selectors.setdefault(kind, functools.partial(make_selector, kind))
+    if extra:
+        from skillbank.memory.selectors.embedding import memoize_encoders
+        memoize_encoders()  # every prefix re-routes the same held-out requests: embed each once
     with err.status("routing...") as status:
         return [route_eval(stream, o, selectors, progress=status.update) for o in orders]
 

@@ -123,7 +123,15 @@ class Selector(ABC):
         return load_selector(directory, expected=cls if cls is not Selector else None)
 
 
-def load_selector(directory: str | Path, expected: type[Selector] | None = None) -> Selector:
+def _ensure_registered() -> None:
+    """Register the selectors of ``skillbank.memory.selectors`` (imported lazily: they import this module)."""
+    import skillbank.memory.selectors  # noqa: F401
+
+
+def load_selector(directory: str | Path, expected: type[Selector] | None = None, **context) -> Selector:
+    """Load a saved selector. ``context``: models a model-based selector reads but never saves
+    (``base=``, ``execution=``, ``gold=``; see :mod:`skillbank.memory.selectors.model_based`)."""
+    _ensure_registered()
     directory = Path(directory)
     meta_path = directory / "selector.json"
     meta = read_json(meta_path, SelectorError, expect_format=SELECTOR_FORMAT, what="selector",
@@ -134,7 +142,7 @@ def load_selector(directory: str | Path, expected: type[Selector] | None = None)
     cls = _REGISTRY[kind]
     if expected is not None and not issubclass(cls, expected):
         raise SelectorError(f"{meta_path}: holds a {kind!r} selector, not {expected.kind!r}")
-    sel = cls(**meta.get("params", {}))
+    sel = cls(**meta.get("params", {}), **context)
     arrays = {}
     if (directory / "stats.npz").is_file():
         with np.load(directory / "stats.npz") as npz:
@@ -144,6 +152,8 @@ def load_selector(directory: str | Path, expected: type[Selector] | None = None)
 
 
 def make_selector(kind: str, **params) -> Selector:
+    """A fresh selector of ``kind``; ``params``: its hyperparameters plus any context it needs."""
+    _ensure_registered()
     if kind not in _REGISTRY:
         raise SelectorError(f"unknown selector kind {kind!r}; known: {sorted(_REGISTRY)}")
     return _REGISTRY[kind](**params)
