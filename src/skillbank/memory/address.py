@@ -14,6 +14,10 @@ Two selectors live here:
   stage's requests so far. It *keeps the requests* (that is what makes it the non-replay-free
   reference), so its saved state is those requests and it is refitted deterministically on load.
 
+The other selectors (the embedding router, EPI, AdapterCL, Self-route, Oracle) live in
+:mod:`skillbank.memory.selectors` and register themselves the first time ``make_selector`` or
+``load_selector`` is called.
+
 On disk a selector is a directory: ``selector.json`` (kind, hyperparameters, classes, counts) plus an
 ``.npz`` of arrays where needed - no pickles.
 """
