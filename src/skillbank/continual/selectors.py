@@ -1,0 +1,219 @@
+"""Every selector over one frozen FSM bank: route accuracy and EM after every prefix of each task order.
+
+The bank's executors are fixed (one frozen shard per family, trained once); only the selector changes.
+For each order and each selector, stage ``t`` feeds the selector stage ``t``'s training requests
+(``partial_fit``; the offline reference keeps earlier ones itself), then the held-out requests of every
+family learned so far are routed among the shards learned so far. EM comes from the routed shard's
+output. Executors are frozen, so each (shard, request) output is generated once and shared by every
+selector, prefix and order (:class:`PersistentOutputCache`, which also writes it to ``outputs.jsonl``
+so an interrupted run resumes where it stopped and a run elsewhere - a GPU - can fill it).
+
+Self-route makes every learned shard generate for every request, which also gives its
+coverage/selection split: *coverage* = share of requests for which some learned executor's output is
+exactly correct; *selection* = share for which the executor it picked is (its EM).
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable, Sequence
+
+from skillbank.continual.fsm import OutputCache
+from skillbank.data.stream import Stream
+from skillbank.errors import SelectorError
+from skillbank.memory.address import make_selector
+from skillbank.memory.execution import ShardOutput
+from skillbank.metrics import AccuracyMatrix, route_accuracy, score_example, task_macro
+from skillbank.model.serialization import decode
+
+Say = Callable[[str], None]
+
+#: every selector kind, in report order
+ALL_SELECTORS = ("oracle", "hashing-nb", "tfidf-logreg", "embed-lda-nb", "epi", "adaptercl", "self-route")
+LABELS = {
+    "oracle": "Oracle (gold family)",
+    "hashing-nb": "FSM Address (hashing+NB)",
+    "tfidf-logreg": "offline TF-IDF+LR (keeps requests)",
+    "embed-lda-nb": "ours: MiniLM LDA + hashing NB",
+    "epi": "EPI (base hidden states, Mahalanobis)",
+    "adaptercl": "AdapterCL (request perplexity)",
+    "self-route": "Self-route (max mean log-prob)",
+}
+
+
+class PersistentOutputCache(OutputCache):
+    """:class:`~skillbank.continual.fsm.OutputCache` backed by a JSON Lines file.
+
+    Existing lines are read back on start (re-parsed with each shard's decoder), new outputs are appended
+    in chunks of ``chunk`` pairs as they are produced. A line records the generation cap it was made
+    with; lines made with another cap are ignored, since they would not be the same output.
+    """
+
+    def __init__(self, execution, batch_size: int, max_new_tokens: int, path: str | Path, chunk: int = 128):
+        super().__init__(execution, batch_size, max_new_tokens)
+        self.path = Path(path)
+        self.chunk = chunk
+        self.reused = 0
+        if self.path.is_file():
+            for line in self.path.read_text().splitlines():
+                if not line.strip():
+                    continue
+                d = json.loads(line)
+                entry = execution.shards.get(d["shard"])
+                if entry is None or d.get("max_new_tokens") != max_new_tokens:
+                    continue
+                self.outputs[(d["shard"], d["request"])] = ShardOutput(
+                    d["shard"], d["text"], decode(d["text"], entry.target_format, entry.family_prefix),
+                    d["n_tokens"], d["mean_logprob"], d["stopped"])
+                self.reused += 1
+
+    def get(self, pairs: list[tuple[str, str]], say: Say | None = None) -> list:
+        missing = sorted(dict.fromkeys(p for p in pairs if p not in self.outputs), key=lambda p: p[0])
+        if missing and say:
+            say(f"generating {len(missing)} outputs over {len({s for s, _ in missing})} shard(s) "
+                f"({len(self.outputs)} cached)")
+        for s in range(0, len(missing), self.chunk):
+            part = missing[s:s + self.chunk]
+            super().get(part, None)
+            with open(self.path, "a") as fh:
+                for shard, request in part:
+                    o = self.outputs[(shard, request)]
+                    fh.write(json.dumps({"shard": shard, "request": request, "text": o.text, "n_tokens": o.n_tokens,
+                                         "mean_logprob": o.mean_logprob, "stopped": o.stopped,
+                                         "max_new_tokens": self.max_new_tokens}, ensure_ascii=False) + "\n")
+            if say:
+                say(f"  {min(s + self.chunk, len(missing))}/{len(missing)} generated")
+        return [self.outputs[p] for p in pairs]
+
+
+def _check_kinds(kinds: Sequence[str]) -> list[str]:
+    kinds = list(dict.fromkeys(kinds))
+    if not kinds:
+        raise SelectorError(f"no selector given; choose from {list(ALL_SELECTORS)}")
+    unknown = [k for k in kinds if k not in ALL_SELECTORS]
+    if unknown:
+        raise SelectorError(f"unknown selector kind(s) {unknown}; choose from {list(ALL_SELECTORS)}")
+    return kinds
+
+
+def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Sequence[str] = ALL_SELECTORS, *,
+                       out_dir: str | Path, batch_size: int = 16, max_new_tokens: int = 256,
+                       test_per_family: int | None = None, say: Say | None = None) -> dict:
+    """Evaluate ``kinds`` over the opened ``bank`` (a :class:`~skillbank.memory.bank.SkillBank`) on every
+    prefix of each order; write ``selectors.json``, ``outputs.jsonl`` and the report into ``out_dir``."""
+    from skillbank.memory.selectors import AdapterRequestNLL, BaseHiddenStates
+    from skillbank.memory.selectors.embedding import memoize_encoders
+
+    kinds = _check_kinds(kinds)
+    if not orders:
+        raise SelectorError("no task order given (e.g. O1, O2)")
+    missing = [k for k in stream.family_keys if k not in bank.shard_names]
+    if missing:
+        raise SelectorError(f"the bank {bank.root} has no shard for stream famil(ies) {missing}; "
+                            f"its shards: {bank.shard_names}")
+    if test_per_family is not None and test_per_family < 1:
+        raise SelectorError(f"test_per_family must be >= 1, got {test_per_family}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tests = {k: stream.test[k][:test_per_family] if test_per_family else stream.test[k] for k in stream.family_keys}
+    if not any(tests.values()):
+        raise SelectorError(f"stream {stream.name} has no held-out requests")
+
+    cache = PersistentOutputCache(bank.execution, batch_size, max_new_tokens, out / "outputs.jsonl")
+    if say and cache.reused:
+        say(f"resuming: {cache.reused} outputs read from {cache.path}")
+    gold = {r.request: r.family for recs in tests.values() for r in recs}
+    context = {"oracle": {"gold": gold},
+               "epi": {"featurizer": BaseHiddenStates(bank.execution.base, batch_size=batch_size, memo=True)},
+               "adaptercl": {"scorer": AdapterRequestNLL(bank.execution, batch_size=batch_size, memo=True)},
+               "self-route": {"cache": cache}}
+    memoize_encoders()
+    if "self-route" in kinds:
+        # Self-route needs every shard's output for every request; one call lets each shard batch them all.
+        cache.get([(s, r.request) for k in stream.family_keys for r in tests[k] for s in stream.family_keys], say)
+
+    t_start = time.perf_counter()
+    routes: dict[str, dict[str, list[list[str]]]] = {}  # order -> kind -> per stage: routed shard per request
+    cost: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for order_name in orders:
+        order = stream.order(order_name)
+        routes[order_name] = {}
+        for kind in kinds:
+            sel = make_selector(kind, **context.get(kind, {}))
+            per_stage = []
+            for t, family in enumerate(order, start=1):
+                t0 = time.perf_counter()
+                sel.partial_fit([r.request for r in stream.train[family]], family)
+                t1 = time.perf_counter()
+                seen = [r for k in order[:t] for r in tests[k]]
+                per_stage.append(sel.predict([r.request for r in seen]))
+                cost[kind]["fit_seconds"] += t1 - t0
+                cost[kind]["route_seconds"] += time.perf_counter() - t1
+                cost[kind]["routed"] += len(seen)
+            routes[order_name][kind] = per_stage
+            if say:
+                final = per_stage[-1]
+                seen = [r for k in order for r in tests[k]]
+                say(f"{order_name} {kind}: final route accuracy "
+                    f"{100 * route_accuracy([r.family for r in seen], final):.2f}")
+
+    # One cache call for every routed and gold pair, so each shard's missing pairs share batches.
+    pairs = {(s, r.request) for o in orders for kind in kinds for t, family in enumerate(stream.order(o), 1)
+             for s, r in zip(routes[o][kind][t - 1], [r for k in stream.order(o)[:t] for r in tests[k]])}
+    pairs |= {(r.family, r.request) for recs in tests.values() for r in recs}
+    cache.get(sorted(pairs), say)
+    em_memo: dict[tuple[str, str], float] = {}
+
+    def em(shard: str, record) -> float:
+        key = (shard, record.request)
+        if key not in em_memo:
+            em_memo[key] = score_example(record.graph, cache.outputs[key].parsed.graph).graph_em
+        return em_memo[key]
+
+    record = {"bank": str(bank.root), "base": bank.manifest.base, "stream": {"name": stream.name, "source": stream.source},
+              "test_per_family": {k: len(v) for k, v in tests.items()},
+              "task_labels": {k: stream.task_label(k) for k in stream.family_keys},
+              "selectors": kinds, "labels": {k: LABELS[k] for k in kinds},
+              "max_new_tokens": max_new_tokens, "orders": {}}
+    for o in orders:
+        order = stream.order(o)
+        res = {"order": order, "selectors": {}}
+        for kind in kinds:
+            m = AccuracyMatrix(order)
+            route_rows, micro, em_micro = [], [], []
+            for t in range(1, len(order) + 1):
+                seen = [r for k in order[:t] for r in tests[k]]
+                routed = routes[o][kind][t - 1]
+                row = {}
+                for k in order[:t]:
+                    idx = [i for i, r in enumerate(seen) if r.family == k]
+                    row[k] = route_accuracy([k] * len(idx), [routed[i] for i in idx]) if idx else None
+                    m.set(t, k, task_macro(em(routed[i], seen[i]) for i in idx) if idx else None)
+                route_rows.append(row)
+                micro.append(route_accuracy([r.family for r in seen], routed))
+                em_micro.append(task_macro(em(s, r) for s, r in zip(routed, seen)))
+            res["selectors"][kind] = {"route": route_rows, "route_micro": micro, "em": m.to_dict(),
+                                      "em_macro": [m.macro(t) for t in range(1, len(order) + 1)],
+                                      "em_micro": em_micro, "bwt": m.bwt()}
+        if "self-route" in kinds:
+            split = []
+            for t in range(1, len(order) + 1):
+                seen = [r for k in order[:t] for r in tests[k]]
+                covered = [max(em(s, r) for s in order[:t]) for r in seen]
+                chosen = [em(s, r) for s, r in zip(routes[o]["self-route"][t - 1], seen)]
+                split.append({"coverage": task_macro(covered), "selection": task_macro(chosen),
+                              "n": len(seen)})
+            res["self_route_split"] = split
+        record["orders"][o] = res
+    # Wall time inside this evaluation, where per-request work is memoised across prefixes and orders (and
+    # Self-route's generations were made up front): not a routing cost. bench/route_selectors.py measures that.
+    record["eval_seconds"] = {k: {"fit": round(v["fit_seconds"], 3), "route": round(v["route_seconds"], 3),
+                                  "routed": int(v["routed"])} for k, v in cost.items()}
+    record["timing"] = {"generate_seconds": round(cache.generate_seconds, 1), "outputs": len(cache.outputs),
+                        "outputs_reused": cache.reused, "evaluate_seconds": round(time.perf_counter() - t_start, 1)}
+    (out / "selectors.json").write_text(json.dumps(record, indent=1) + "\n")
+    from skillbank.report.selectors_report import write_selectors_report
+    write_selectors_report(record, out)
+    return record

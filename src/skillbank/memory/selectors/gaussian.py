@@ -1,0 +1,132 @@
+"""Incremental Gaussian class statistics: per-class count and mean, one pooled within-class scatter.
+
+The shared state of every "class statistics" router here (EPI over frozen-base hidden states, the
+embedding router over MiniLM sentence embeddings). Features arrive one stage at a time and are dropped
+after the update: what is kept is, per class, the number of requests and the mean feature vector, and
+one (d, d) within-class scatter matrix shared by all classes - never a request or a feature row.
+
+The scatter is merged with Chan et al.'s pairwise rule rather than accumulated as raw second moments
+(sum of x x^T minus n mu mu^T), because hidden states of a language model have large means and the
+raw-moment difference loses most of its digits to cancellation. The rule is exact: any chunking of the
+same data gives the same statistics up to float rounding (tests check it).
+
+Scoring is the linear/Gaussian discriminant with that shared covariance (Mahalanobis distance to each
+class mean). The covariance is shrunk toward a scaled identity by ``prior_strength`` pseudo-observations,
+a conjugate-prior (inverse-Wishart-like) estimate ``(S + nu0 * s2 * I) / (n - C + nu0)`` with
+``s2 = trace(S) / ((n - C) d)``: it stays invertible when a stage has fewer requests than dimensions
+(the first stage always), and its pull fades as data accumulates, with no request kept to re-estimate it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from skillbank.errors import SelectorError
+
+
+class GaussianClassStats:
+    """Sufficient statistics of a shared-covariance Gaussian classifier, updated chunk by chunk.
+
+    Attributes (learned, float64): ``classes_`` (list of labels), ``count_`` (n_classes,),
+    ``mean_`` (n_classes, d), ``scatter_`` (d, d): the pooled within-class sum of squared deviations.
+    """
+
+    def __init__(self, prior_strength: float = 10.0):
+        if not prior_strength >= 0:
+            raise SelectorError(f"prior_strength must be >= 0, got {prior_strength!r}")
+        self.prior_strength = float(prior_strength)
+        self.reset()
+
+    def reset(self) -> None:
+        self.classes_: list[str] = []
+        self.count_ = np.zeros(0)
+        self.mean_ = np.zeros((0, 0))
+        self.scatter_ = np.zeros((0, 0))
+        self._precision = None  # cached inverse covariance; cleared by every update
+
+    @property
+    def dim(self) -> int:
+        return self.mean_.shape[1] if self.mean_.ndim == 2 else 0
+
+    def partial_fit(self, X: np.ndarray, labels: list[str]) -> "GaussianClassStats":
+        """Merge feature rows ``X`` (n, d) with their ``labels`` into the statistics."""
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or len(X) != len(labels) or len(X) == 0:
+            raise SelectorError(f"expected a non-empty (n, d) feature array with n labels, got shape {X.shape} "
+                                f"and {len(labels)} labels")
+        if self.classes_ and X.shape[1] != self.dim:
+            raise SelectorError(f"features have {X.shape[1]} dimensions, the statistics {self.dim}")
+        if not self.classes_:
+            self.mean_ = np.zeros((0, X.shape[1]))
+            self.scatter_ = np.zeros((X.shape[1], X.shape[1]))
+        labels = np.asarray(labels)
+        for c in dict.fromkeys(labels.tolist()):
+            Xc = X[labels == c]
+            n_b, mu_b = len(Xc), Xc.mean(axis=0)
+            dev = Xc - mu_b
+            if c not in self.classes_:
+                self.classes_.append(c)
+                self.count_ = np.append(self.count_, 0.0)
+                self.mean_ = np.vstack([self.mean_, np.zeros(X.shape[1])])
+            i = self.classes_.index(c)
+            n_a, mu_a = self.count_[i], self.mean_[i]
+            n = n_a + n_b
+            delta = mu_b - mu_a
+            # Chan's merge: within-chunk scatter plus the between-chunk term of the two means.
+            self.scatter_ += dev.T @ dev + (n_a * n_b / n) * np.outer(delta, delta)
+            self.mean_[i] = mu_a + delta * (n_b / n)
+            self.count_[i] = n
+        self._precision = None
+        return self
+
+    def covariance(self) -> np.ndarray:
+        """The shrunk shared covariance, (d, d)."""
+        d = self.dim
+        dof = self.count_.sum() - len(self.classes_)  # degrees of freedom of the pooled scatter
+        trace = float(np.trace(self.scatter_))
+        s2 = trace / (dof * d) if dof > 0 and trace > 0 else 1.0
+        denom = dof + self.prior_strength
+        if denom <= 0:
+            # One request per class and no prior: no spread is measurable; fall back to the identity.
+            return np.eye(d)
+        return (self.scatter_ + self.prior_strength * s2 * np.eye(d)) / denom
+
+    def precision(self) -> np.ndarray:
+        if self._precision is None:
+            # pinv, not inv: with prior_strength=0 and fewer requests than dimensions the covariance is
+            # singular, and the pseudo-inverse gives the Mahalanobis distance within the observed span.
+            self._precision = np.linalg.pinv(self.covariance(), hermitian=True)
+        return self._precision
+
+    def log_scores(self, X: np.ndarray) -> np.ndarray:
+        """``-0.5 * Mahalanobis^2`` to every class mean, (n, n_classes): the Gaussian discriminant with
+        a shared covariance and uniform prior (constants dropped)."""
+        if not self.classes_:
+            raise SelectorError("no class statistics yet; call partial_fit first")
+        X = np.asarray(X, dtype=np.float64)
+        P = self.precision()
+        # (x - m)^T P (x - m) = x^T P x - 2 x^T P m + m^T P m, without an (n, C, d) temporary.
+        XP = X @ P
+        xx = np.einsum("nd,nd->n", XP, X)
+        mm = np.einsum("cd,de,ce->c", self.mean_, P, self.mean_)
+        d2 = xx[:, None] - 2 * XP @ self.mean_.T + mm[None, :]
+        return -0.5 * np.maximum(d2, 0.0)
+
+    # -- persistence (arrays only; the owner stores classes and hyperparameters) ------------------
+    def arrays(self, prefix: str = "") -> dict[str, np.ndarray]:
+        return {f"{prefix}count": self.count_, f"{prefix}mean": self.mean_, f"{prefix}scatter": self.scatter_}
+
+    def set_arrays(self, classes: list[str], arrays: dict[str, np.ndarray], prefix: str = "") -> None:
+        self.reset()
+        self.classes_ = list(classes)
+        if not self.classes_:
+            return
+        try:
+            self.count_ = np.asarray(arrays[f"{prefix}count"], dtype=np.float64)
+            self.mean_ = np.asarray(arrays[f"{prefix}mean"], dtype=np.float64)
+            self.scatter_ = np.asarray(arrays[f"{prefix}scatter"], dtype=np.float64)
+        except KeyError as exc:
+            raise SelectorError(f"saved class statistics lack the array {exc}") from None
+        n, d = len(self.classes_), self.mean_.shape[1] if self.mean_.ndim == 2 else -1
+        if self.count_.shape != (n,) or self.mean_.shape[0] != n or self.scatter_.shape != (d, d):
+            raise SelectorError(f"saved class statistics are inconsistent: {n} classes, counts {self.count_.shape}, "
+                                f"means {self.mean_.shape}, scatter {self.scatter_.shape}")

