@@ -117,6 +117,9 @@ def run_diagnostics(cfg: RunConfig, out_dir: str | Path, *, first: str = "T1", s
 
     trajectory: list[dict] = []
     wanted = set(schedule)
+    conditions = ["closed_book", "correct_address", "wrong_address_same_family", "unrelated_valid_address",
+                  "token_matched_random", "generic_instruction"]
+    at_access_loss: dict = {}
 
     def probe(step: int) -> None:
         if step not in wanted:
@@ -128,14 +131,21 @@ def run_diagnostics(cfg: RunConfig, out_dir: str | Path, *, first: str = "T1", s
         if say:
             say(f"  step {step}: {first} closed-book {100 * point['closed_book']:.1f}, +address "
                 f"{100 * point['correct_address']:.1f}; {second} closed-book {100 * point['second_closed_book']:.1f}")
+        # The first checkpoint that lost closed-book access while the address still works is where the
+        # controls tell whether it is *the right address* that reactivates the skill, or any added text.
+        if not at_access_loss and point["closed_book"] == 0.0 and point["correct_address"] > 0.0:
+            at_access_loss.update({"step": step, **{c: point[c] for c in ("closed_book", "correct_address")}})
+            for c in conditions[2:]:
+                at_access_loss[c] = em_a(m, c)
+            if say:
+                say(f"  controls at step {step}: " + ", ".join(f"{k} {100 * v:.1f}" for k, v in at_access_loss.items()
+                                                               if k != "step"))
 
     probe(0)
     sft.on_step = probe
     summary_b = sft.learn(2, fam_b, stream.train[fam_b])
     sft.on_step = None
     model = base.activate([ADAPTER])
-    conditions = ["closed_book", "correct_address", "wrong_address_same_family", "unrelated_valid_address",
-                  "token_matched_random", "generic_instruction"]
     reactivation = {c: em_a(model, c) for c in conditions}
     with base.peft.disable_adapter():
         reactivation["frozen_base_correct_address"] = em_a(base.peft, "correct_address")
@@ -145,6 +155,7 @@ def run_diagnostics(cfg: RunConfig, out_dir: str | Path, *, first: str = "T1", s
         "first": {"task": first, "family": fam_a}, "second": {"task": second, "family": fam_b},
         "eval_requests": len(test_a), "after_first": after_a, "trajectory": trajectory,
         "second_stage_steps": summary_b["steps"], "reactivation_after_second": reactivation,
+        "reactivation_at_access_loss": at_access_loss or None,
         "hierarchy": hierarchy(trajectory, after_a),
         "wall_seconds": round(time.perf_counter() - t_start, 1),
         "examples": [{"request": test_a[i].request, **{c: texts[i][c] for c in conditions[1:]}} for i in range(min(2, len(test_a)))],
@@ -195,6 +206,14 @@ def write_diagnostics_report(record: dict, out: Path) -> Path:
              "token_matched_random": "+ token-matched random text", "generic_instruction": "+ generic instruction",
              "frozen_base_correct_address": "frozen base + correct address"}
     lines += [f"| {names.get(k, k)} | {pct(v)} |" for k, v in r.items()]
+    early = record.get("reactivation_at_access_loss")
+    if early:
+        lines += ["", f"Reactivation at step {early['step']} of {b}, the first probe where closed-book EM on {a} was 0 "
+                  "but the correct address still worked (EM on {a}, %):".replace("{a}", a), "",
+                  "| condition | EM |", "|---|---:|"]
+        lines += [f"| {names.get(k, k)} | {pct(v)} |" for k, v in early.items() if k != "step"]
+    else:
+        lines += ["", "No probe found closed-book EM at 0 with the correct address still working."]
     lines += ["", f"![forgetting trajectory]({png.name})", ""]
     path = out / "diagnostics.md"
     path.write_text("\n".join(lines) + "\n")
