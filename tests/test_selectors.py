@@ -133,7 +133,7 @@ def test_epi_incremental_equals_batch_save_load(tmp_path, tiny_bank, small_strea
 
 
 def test_adaptercl_selfroute_oracle(tmp_path, tiny_bank, small_stream):
-    from skillbank.continual.fsm import OutputCache
+    from skillbank.memory.execution import ShardOutputCache as OutputCache
     ex = tiny_bank.execution
     keys = small_stream.family_keys
     test = held_out(small_stream)

@@ -20,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Sequence
 
-from skillbank.continual.fsm import OutputCache
+from skillbank.memory.execution import ShardOutputCache as OutputCache
 from skillbank.data.stream import Stream
 from skillbank.errors import SelectorError
 from skillbank.memory.address import make_selector
@@ -44,7 +44,7 @@ LABELS = {
 
 
 class PersistentOutputCache(OutputCache):
-    """:class:`~skillbank.continual.fsm.OutputCache` backed by a JSON Lines file.
+    """:class:`~skillbank.memory.execution.ShardOutputCache` backed by a JSON Lines file.
 
     Existing lines are read back on start (re-parsed with each shard's decoder), new outputs are appended
     in chunks of ``chunk`` pairs as they are produced. A line records the generation cap it was made

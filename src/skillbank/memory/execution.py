@@ -120,3 +120,31 @@ class ExecutionMemory:
                 parsed = decode(o.text, entry.target_format, entry.family_prefix)
                 results[i] = ShardOutput(name, o.text, parsed, o.n_tokens, o.mean_logprob, o.stopped)
         return results  # type: ignore[return-value]
+
+
+class ShardOutputCache:
+    """(shard, request) -> ShardOutput for frozen executors; generates only what is missing.
+
+    A frozen shard's output for a request never changes, so selectors that compare shards (Self-route) or
+    evaluate several routing rules over one bank generate each pair once."""
+
+    def __init__(self, execution: ExecutionMemory, batch_size: int, max_new_tokens: int):
+        self.execution = execution
+        self.batch_size = batch_size
+        self.max_new_tokens = max_new_tokens
+        self.outputs: dict[tuple[str, str], ShardOutput] = {}
+        self.generate_seconds = 0.0
+
+    def get(self, pairs: list[tuple[str, str]], say=None) -> list[ShardOutput]:
+        import time
+        missing = list(dict.fromkeys(p for p in pairs if p not in self.outputs))
+        if missing:
+            if say:
+                say(f"generating {len(missing)} outputs over {len({s for s, _ in missing})} shard(s)")
+            t0 = time.perf_counter()
+            outs = self.execution.generate([r for _, r in missing], [s for s, _ in missing],
+                                           batch_size=self.batch_size, max_new_tokens=self.max_new_tokens,
+                                           progress=say is not None)
+            self.generate_seconds += time.perf_counter() - t0
+            self.outputs.update(zip(missing, outs))
+        return [self.outputs[p] for p in pairs]

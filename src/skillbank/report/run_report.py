@@ -61,7 +61,7 @@ def comparison_table(results: Sequence[dict]) -> list[str]:
             s = per_order[order]["summary"]
             name = VARIANT_TITLES.get(v, v) + (f" [{run}]" if multi else "")
             done = len(per_order[order]["macro_per_stage"])
-            if done < len(keys):
+            if done < len(per_order[order]["em"]["order"]):
                 name += f" (stopped after stage {done})"
             bwt = s["bwt"]
             lines.append(f"| {name} | {_pct(s['tool_choice'])} | {_pct(s['arg_f1'])} | "

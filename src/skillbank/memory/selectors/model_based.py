@@ -280,7 +280,7 @@ class SelfRouteSelector(_ShardListSelector):
     """Every learned shard generates; pick the output with the highest mean token log-probability.
 
     Context (not saved): ``execution`` or ``cache`` - any object with ``get(pairs) -> outputs`` over
-    ``(shard, request)`` pairs whose outputs carry ``mean_logprob`` (``skillbank.continual.fsm.OutputCache``;
+    ``(shard, request)`` pairs whose outputs carry ``mean_logprob`` (``skillbank.memory.execution.ShardOutputCache``;
     sharing one lets an evaluation reuse the generations for EM and coverage).
     """
 
@@ -303,7 +303,7 @@ class SelfRouteSelector(_ShardListSelector):
             if self._execution is None:
                 raise SelectorError("self-route needs the bank's executors: pass execution=<ExecutionMemory> "
                                     "or cache=<OutputCache>")
-            from skillbank.continual.fsm import OutputCache  # the one (shard, request) output cache
+            from skillbank.memory.execution import ShardOutputCache as OutputCache  # the one (shard, request) output cache
             self._cache = OutputCache(self._execution, self.batch_size, self.max_new_tokens)
         return self._cache
 
