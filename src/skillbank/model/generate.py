@@ -71,7 +71,9 @@ class _GreedyLogprob:
         return scores
 
 
-def _left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows padded on the left into ids [B, T] and attention mask [B, T] (decoder-only generation
+    continues every row from its last position)."""
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -113,7 +115,7 @@ def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
     done_tokens = 0
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        ids, mask = _left_pad([encoded[i] for i in idx], pad_id)
+        ids, mask = left_pad([encoded[i] for i in idx], pad_id)
         tracker = _GreedyLogprob()
         out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config,
                              logits_processor=LogitsProcessorList([tracker]))

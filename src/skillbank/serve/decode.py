@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
+
 import torch.nn.functional as F
 
+from skillbank.model.generate import left_pad
 from skillbank.model.prompts import encode_text, stop_token_ids
 
 
@@ -42,16 +44,6 @@ class Row:
     adapter: str | None
     cap: int
     tokens: list[int] = field(default_factory=list)
-
-
-def _left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-        mask[i, width - len(r):] = 1
-    return ids, mask
 
 
 class RowBatch:
@@ -92,7 +84,7 @@ class RowBatch:
         """Prefill new rows (rendered prompt strings) and join them to the batch."""
         from transformers import DynamicCache
 
-        ids, mask = _left_pad([encode_text(self.tokenizer, p) for p in prompts], self.pad_id)
+        ids, mask = left_pad([encode_text(self.tokenizer, p) for p in prompts], self.pad_id)
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
         cache = DynamicCache()
