@@ -317,7 +317,8 @@ def ensure_embedded(cache_dir: str | os.PathLike | None = None, *, progress: boo
 
 
 # -- digest --------------------------------------------------------------------------------------
-def _digest_tensors(items) -> str:
+def tensors_digest(items) -> str:
+    """``sha256:<hex>`` over (key, dtype, shape, raw bytes) of ``(key, tensor)`` pairs, in the given order."""
     h = hashlib.sha256()
     for key, t in items:
         t = t.detach().to("cpu").contiguous()
@@ -333,13 +334,13 @@ def checkpoint_digest(files: list[Path]) -> str:
 
     handles = [safe_open(str(f), framework="pt") for f in files]
     where = {key: h for h in handles for key in h.keys()}
-    return _digest_tensors((key, where[key].get_tensor(key)) for key in sorted(where))
+    return tensors_digest((key, where[key].get_tensor(key)) for key in sorted(where))
 
 
 def weights_digest(model) -> str:
     """The in-memory fallback: the digest of every state-dict tensor cast to float32, keys sorted."""
     state = model.state_dict()
-    return _digest_tensors((key, state[key].float()) for key in sorted(state))
+    return tensors_digest((key, state[key].float()) for key in sorted(state))
 
 
 def _weight_files(where: str) -> list[Path]:

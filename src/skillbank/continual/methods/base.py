@@ -16,7 +16,6 @@ end with the same results as an uninterrupted one).
 """
 from __future__ import annotations
 
-import hashlib
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from skillbank.data.records import Record
 from skillbank.data.stream import Stream
-from skillbank.model.base import LoadedBase
+from skillbank.model.base import LoadedBase, tensors_digest
 from skillbank.model.prompts import render_prompt
 from skillbank.train.executor import TrainConfig, build_examples, common_prefix
 
@@ -75,13 +74,7 @@ class MethodContext:
 
 def weights_digest(named: dict[str, torch.Tensor]) -> str:
     """A short content digest of some tensors (adapter weights), stable across processes."""
-    h = hashlib.sha256()
-    for name in sorted(named):
-        t = named[name].detach().to("cpu").contiguous()
-        h.update(name.encode())
-        h.update(str(t.dtype).encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.dtype != torch.bool else t.numpy().tobytes())
-    return h.hexdigest()[:16]
+    return tensors_digest(sorted(named.items())).removeprefix("sha256:")[:16]
 
 
 class Method(ABC):
@@ -133,8 +126,7 @@ class Method(ABC):
         return common_prefix(sorted(self.ctx.stream.catalog.skills))
 
     def examples(self, records: Sequence[Record], prefix: str):
-        examples, dropped = build_examples(self.base, records, self.ctx.train, prefix)
-        return examples, dropped
+        return build_examples(self.base, records, self.ctx.train, prefix)
 
     def closed_book_prompt(self, request: str) -> str:
         return render_prompt(self.base.tokenizer, request, self.ctx.train.system_prompt)

@@ -21,6 +21,7 @@ from pydantic import Field
 from skillbank.data.records import Record
 from skillbank.continual.methods.base import Method, MethodParams, Query
 from skillbank.memory.address import load_selector, make_selector
+from skillbank.model.prompts import render_prompt
 
 
 class FSMParams(MethodParams):
@@ -72,7 +73,6 @@ class FSM(Method):
         for r, route in zip(records, routed):
             for variant, family in (("fsm", route), ("oracle", r.family)):
                 entry = self.bank.execution.shards[family]
-                from skillbank.model.prompts import render_prompt
                 prompt = render_prompt(self.base.tokenizer, r.request, entry.system_prompt)
                 out[variant].append(Query(self._state(family), prompt, entry.target_format, entry.family_prefix,
                                           route=family))
