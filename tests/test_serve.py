@@ -368,3 +368,40 @@ def test_shrinking_decode_matches_generate_when_rows_stop_early(client, small_st
         [g] = gen_mod.generate(base.activate(n), tok, [p], batch_size=1, max_new_tokens=12)
         ref.append((g.text, g.n_tokens, g.stopped))
     assert [(d.text, d.n_tokens, d.stopped) for d in mine] == ref
+
+
+def test_prefix_reuse_matches_whole_prompt_prefill(client, small_stream):
+    """Rows prefilled from a shard's reused prompt prefix (also joining mid-batch, several shards, a prompt
+    too short to share) get the logits and tokens of whole-prompt prefill."""
+    import torch
+
+    from skillbank.serve.decode import RowBatch
+    k1, k2 = small_stream.family_keys[:2]
+    svc = service_of(client.app)
+    base, tok = svc.engine.execution.base, svc.engine.tokenizer
+    lead = "Plan the following request carefully and reply with the graph: "
+    first = [lead + "book a flight to Paris", lead + "translate this letter", lead + "9 9 9 hello"]
+    later = [lead + "what is the weather like in Lisbon", "zebra", lead + "Ana"]
+    runs = {}
+    for reuse in (False, True):
+        batch = RowBatch(base.peft, tok, base, reuse_prefixes=reuse)
+        batch.add(first, [0, 1, 2], [k1, k2, k1], [8] * 3)
+        logits = [batch.logits.clone()]
+        for _ in range(2):
+            batch.step()
+        batch.add(later, [3, 4, 5], [k2, k1, k1], [8] * 3)
+        logits.append(batch.logits.clone())
+        done = {}
+        while batch.rows:
+            done.update((row.key, (row.tokens, d.text)) for row, d in batch.step())
+        runs[reuse] = (logits, done)
+        if reuse:
+            shared = len(tok(lead, add_special_tokens=False)["input_ids"])
+            kept = {name: len(tokens) for name, (tokens, _) in batch.prefixes.entries.items()}
+            assert set(kept) == {k1, k2} and all(n >= shared - 1 for n in kept.values()), kept
+    for plain, reused in zip(runs[False][0], runs[True][0]):
+        torch.testing.assert_close(reused, plain, rtol=1e-4, atol=1e-4)
+    assert runs[True][1] == runs[False][1]
+    # adapters changed: the prefixes are dropped rather than reused stale
+    batch.forget_prefixes()
+    assert batch.prefixes.entries == {}

@@ -384,6 +384,8 @@ def serve(
     max_list: int = typer.Option(64, help="Most requests in one /v1/plan call (413 beyond)."),
     max_new_tokens: Optional[int] = typer.Option(None, help="Generation cap (default: 2x the longest training target)."),
     no_batching: bool = typer.Option(False, "--no-batching", help="Generate every request alone (the baseline)."),
+    no_prefix_reuse: bool = typer.Option(False, "--no-prefix-reuse",
+                                         help="Prefill every prompt whole (default: reuse each shard's shared prompt prefix)."),
     upstream: Optional[str] = typer.Option(None, help="OpenAI-compatible server that generates (vLLM: see "
                                            "`skillbank export vllm`); routing stays here, no model is loaded."),
     threads: Optional[int] = typer.Option(None, help="Torch threads of the served model (default: cores - 1, max 8)."),
@@ -405,6 +407,7 @@ def serve(
     from skillbank.serve.config import ServeConfig
     try:
         cfg = ServeConfig.from_env(host=host, port=port, batching=not no_batching, batch_window_ms=batch_window_ms,
+                                   reuse_prefixes=not no_prefix_reuse,
                                    max_batch=max_batch, queue_size=queue_size, timeout_s=timeout_s,
                                    max_request_chars=max_request_chars, max_list=max_list,
                                    max_new_tokens=max_new_tokens, upstream=upstream, threads=threads,

@@ -17,6 +17,7 @@ class ServeConfig(BaseModel):
     batch_window_ms: how long the first request reaching an idle engine waits for company. A request arriving
         while the engine is decoding joins the running batch at its next step.
     max_batch: most requests decoded together (rows of several shards share one batch; see decode.py).
+    reuse_prefixes: prefill only what follows the prompt prefix a shard's requests share (decode.py, PrefixKV).
     queue_size: most requests waiting or running; beyond it a call gets 429 with Retry-After.
     timeout_s: per-request deadline, queueing included (504 after it).
     max_request_chars / max_list: limits on one request's text and on the requests of one /v1/plan call (413).
@@ -41,6 +42,7 @@ class ServeConfig(BaseModel):
     batching: bool = True
     batch_window_ms: float = Field(10.0, ge=0, le=10_000)
     max_batch: int = Field(16, ge=1, le=1024)
+    reuse_prefixes: bool = True
     queue_size: int = Field(256, ge=1)
     timeout_s: float = Field(120.0, gt=0)
     max_request_chars: int = Field(4000, ge=1)

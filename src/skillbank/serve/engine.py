@@ -84,8 +84,9 @@ class LocalEngine:
 
     continuous = True  # rows join and leave between decode steps
 
-    def __init__(self, execution):
+    def __init__(self, execution, *, reuse_prefixes: bool = True):
         self.execution = execution
+        self.reuse_prefixes = reuse_prefixes
         self._cond = threading.Condition()
         self._inbox: list[tuple[Job, Callable]] = []
         self._commands: list[tuple[Callable, tuple, asyncio.AbstractEventLoop, asyncio.Future]] = []
@@ -147,6 +148,8 @@ class LocalEngine:
                 except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
                     result, error = None, exc
                 loop.call_soon_threadsafe(_resolve, future, result, error)
+            if commands and batch is not None:
+                batch.forget_prefixes()  # a command may have changed the adapters whose k/v they hold
             try:
                 for job, deliver in new:
                     if job.cancelled:
@@ -154,7 +157,7 @@ class LocalEngine:
                 fresh = [(j, d) for j, d in new if not j.cancelled]
                 if fresh:
                     if batch is None:
-                        batch = RowBatch(base.peft, self.tokenizer, base)
+                        batch = RowBatch(base.peft, self.tokenizer, base, reuse_prefixes=self.reuse_prefixes)
                     self.join_rows(batch, [j for j, _ in fresh])
                     now, size = time.perf_counter(), len(batch.rows)
                     rows.update((id(j), (j, d, now, size)) for j, d in fresh)

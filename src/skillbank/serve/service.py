@@ -56,7 +56,7 @@ class Service:
         if config.upstream:
             self.engine = UpstreamEngine(config.upstream, config.upstream_timeout_s)
         else:
-            self.engine = LocalEngine(snapshot.bank.execution)
+            self.engine = LocalEngine(snapshot.bank.execution, reuse_prefixes=config.reuse_prefixes)
         self.batcher: Batcher | None = None  # made on the event loop, at startup
         self.learner = LearnManager(snapshot.bank.root, threads=config.learn_threads, on_finished=self.reload,
                                     metrics=self.metrics)
