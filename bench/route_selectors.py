@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import time
 
 from skillbank.memory.address import make_selector

@@ -1,6 +1,7 @@
 """The HTTP service on a tiny random model: every endpoint, bad input, batching, back-pressure, timeouts,
 client disconnects mid-batch, and the vLLM export."""
 import asyncio
+import importlib
 import json
 import socket
 import threading
@@ -73,11 +74,11 @@ def test_mixed_shard_batch_equals_one_shard_at_a_time(client, small_stream):
     reqs = requests_of(small_stream, k1)[:2] + requests_of(small_stream, k2)[:2]
     shards = [k1, k2, k1, k2]
     outs = svc.engine.execution.generate(reqs, shards, batch_size=1, max_new_tokens=MAX_NEW)
-    from skillbank.serve.decode import greedy_shrinking
+    from skillbank.model.generate import generate
     from skillbank.model.prompts import render_prompt
     base, tok = svc.engine.execution.base, svc.engine.tokenizer
     prompts = [render_prompt(tok, r, svc.snapshot.entry(s).system_prompt) for r, s in zip(reqs, shards)]
-    mixed = greedy_shrinking(base.peft, tok, prompts, max_new_tokens=MAX_NEW, adapter_names=shards, base=base)
+    mixed = generate(base.peft, tok, prompts, max_new_tokens=MAX_NEW, batch_size=4, adapter_names=shards, base=base)
     assert [o.text for o in mixed] == [o.text for o in outs]
     # and through the service: one call of four requests is one batch of four rows
     plans = client.post("/v1/plan", json={"request": reqs}).json()["plans"]
@@ -336,15 +337,14 @@ def test_batcher_drops_cancelled_jobs_before_generation():
     assert seen == [["a", "c"]] and out == ["A", "C"] and depth == 0
 
 
-def test_shrinking_decode_matches_generate_when_rows_stop_early(client, small_stream, monkeypatch):
-    """Rows that stop leave the batch; the others' outputs stay exactly those of model.generate."""
-    import importlib
-
+def test_row_batch_matches_hf_generate_when_rows_stop_early(client, small_stream, monkeypatch):
+    """Rows that stop leave the batch, free slots are refilled, rows of two shards share it; every output
+    stays exactly that of transformers' greedy ``model.generate`` for the prompt alone."""
     import torch
 
+    dec_mod = importlib.import_module("skillbank.model.decode")  # the package exports a function named decode
+    from skillbank.model.generate import generate
     from skillbank.model.prompts import stop_token_ids
-    from skillbank.serve import decode as dec_mod
-    gen_mod = importlib.import_module("skillbank.model.generate")
     k1, k2 = small_stream.family_keys[:2]
     svc = service_of(client.app)
     base, tok = svc.engine.execution.base, svc.engine.tokenizer
@@ -360,14 +360,21 @@ def test_shrinking_decode_matches_generate_when_rows_stop_early(client, small_st
             first.append(int(base.activate(n)(input_ids=ids).logits[0, -1].argmax()))
     stops = stop_token_ids(tok, base.model) + [first[0], first[3]]  # rows 0 and 3 (and any alike) stop at once
     monkeypatch.setattr(dec_mod, "stop_token_ids", lambda *a: stops)
-    monkeypatch.setattr(gen_mod, "stop_token_ids", lambda *a: stops)
-    mine = dec_mod.greedy_shrinking(base.peft, tok, prompts, max_new_tokens=12, adapter_names=names, base=base)
+    mine = generate(base.peft, tok, prompts, max_new_tokens=12, batch_size=4, adapter_names=names, base=base)
     assert mine[0].n_tokens == 1 and mine[0].stopped and len({d.n_tokens for d in mine}) > 1
-    ref = []
-    for p, n in zip(prompts, names):
-        [g] = gen_mod.generate(base.activate(n), tok, [p], batch_size=1, max_new_tokens=12)
-        ref.append((g.text, g.n_tokens, g.stopped))
-    assert [(d.text, d.n_tokens, d.stopped) for d in mine] == ref
+    for p, n, d in zip(prompts, names, mine):
+        ids = torch.tensor([tok(p, add_special_tokens=False)["input_ids"]])
+        with torch.inference_mode():
+            out = base.activate(n).generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                            max_new_tokens=12, eos_token_id=stops, pad_token_id=stops[0],
+                                            output_scores=True, return_dict_in_generate=True)
+        new = out.sequences[0, ids.shape[1]:].tolist()
+        stop_at = next((k for k, t in enumerate(new) if t in stops), None)
+        n_tokens = stop_at + 1 if stop_at is not None else len(new)
+        text = tok.decode(new[:stop_at] if stop_at is not None else new, skip_special_tokens=True).strip()
+        logps = [float(torch.log_softmax(out.scores[k][0].float(), -1)[new[k]]) for k in range(n_tokens)]
+        assert (d.text, d.n_tokens, d.stopped) == (text, n_tokens, stop_at is not None)
+        assert d.mean_logprob == pytest.approx(sum(logps) / n_tokens, abs=1e-4)
 
 
 def test_prefix_reuse_matches_whole_prompt_prefill(client, small_stream):
@@ -375,7 +382,7 @@ def test_prefix_reuse_matches_whole_prompt_prefill(client, small_stream):
     too short to share) get the logits and tokens of whole-prompt prefill."""
     import torch
 
-    from skillbank.serve.decode import RowBatch
+    from skillbank.model.decode import RowBatch
     k1, k2 = small_stream.family_keys[:2]
     svc = service_of(client.app)
     base, tok = svc.engine.execution.base, svc.engine.tokenizer

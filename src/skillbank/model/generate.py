@@ -1,7 +1,7 @@
 """Batched greedy generation with per-output confidence.
 
-Prompts are padded on the left (decoder-only models continue the last position of every row), batched
-in order of length so rows of a batch need little padding, and decoded greedily until a stop token
+Prompts are decoded greedily, longest first, as one batch of at most ``batch_size`` rows whose finished
+rows leave and whose free slots the next prompts take (``skillbank.model.decode``), until a stop token
 (end-of-turn or EOS) or ``max_new_tokens``. Besides the text, each output carries the number of tokens
 generated and the mean log-probability of those tokens under the model -- the confidence that
 self-routing compares across executors.
@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
 from skillbank.errors import ModelError
-from skillbank.model.prompts import DEFAULT_SYSTEM_PROMPT, encode_text, render_prompt, stop_token_ids
+from skillbank.model.decode import left_pad  # noqa: F401 - re-exported: callers pad with it
+from skillbank.model.prompts import DEFAULT_SYSTEM_PROMPT, encode_text, render_prompt
 
 DEFAULT_MAX_NEW_TOKENS = 768  # the paper's cap
 
@@ -54,94 +56,60 @@ class GenerationStats:
         return self.generated_tokens / self.seconds if self.seconds else 0.0
 
 
-class _GreedyLogprob:
-    """A logits processor that leaves the scores unchanged and records, per step, the log-probability of
-    the token greedy decoding picks (the arg-max). It runs after any other processor; with the plain
-    greedy configuration used here there is none, so the scores it sees are the model's logits."""
-
-    def __init__(self):
-        self.steps: list[torch.Tensor] = []  # per step: [B] log-probabilities
-        self.choices: list[torch.Tensor] = []  # per step: [B] arg-max ids, to check against the output
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        idx = scores.argmax(dim=-1)  # [B], the same call greedy search makes
-        logp = torch.log_softmax(scores.float(), dim=-1)  # [B, V]
-        self.steps.append(logp.gather(1, idx[:, None]).squeeze(1))
-        self.choices.append(idx)
-        return scores
-
-
-def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token rows padded on the left into ids [B, T] and attention mask [B, T] (decoder-only generation
-    continues every row from its last position)."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-        mask[i, width - len(r):] = 1
-    return ids, mask
-
-
 @torch.inference_mode()
 def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
              max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, progress: bool = False,
-             stats: GenerationStats | None = None) -> list[Generation]:
+             stats: GenerationStats | None = None, adapter_names: Sequence[str] | None = None,
+             base=None) -> list[Generation]:
     """Greedy-decode every rendered prompt string (see ``prompts.render_prompt``); outputs in input order.
 
-    batch_size: prompts decoded together (rows that finish early idle until the batch ends).
+    batch_size: rows decoded together. A row leaves as soon as it stops and the next prompt takes its slot
+        (:class:`~skillbank.model.decode.RowBatch`), so no row waits for a longer neighbour.
+    adapter_names: per prompt, the LoRA adapter of ``model`` (a PeftModel) that generates it, rows of
+        several adapters sharing a batch; ``base`` is the LoadedBase owning the model. None: the active one.
     stats: when given, totals are added to it.
     """
-    from transformers import GenerationConfig, LogitsProcessorList
+    from skillbank.model.decode import RowBatch
 
     if batch_size < 1:
         raise ModelError(f"batch_size must be >= 1, got {batch_size}")
     if max_new_tokens < 1:
         raise ModelError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     prompts = list(prompts)
+    if adapter_names is not None and len(adapter_names) != len(prompts):
+        raise ModelError(f"got {len(prompts)} prompts but {len(adapter_names)} adapter names")
     if not prompts:
         return []
     model.eval()
-    device = next(model.parameters()).device
-    stops = stop_token_ids(tokenizer, model)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
-    config = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens,
-                              eos_token_id=stops, pad_token_id=pad_id)
-    encoded = [encode_text(tokenizer, p) for p in prompts]
-    # Longest first: the largest batch (and memory peak) comes first, and similar lengths share a batch.
-    order = sorted(range(len(prompts)), key=lambda i: -len(encoded[i]))
+    adapters = list(adapter_names) if adapter_names is not None else [None] * len(prompts)
+    lengths = [len(encode_text(tokenizer, p)) for p in prompts]
+    # Longest first: the memory peak comes early and rows that join together need little padding.
+    queue = deque(sorted(range(len(prompts)), key=lambda i: -lengths[i]))
+    batch = RowBatch(model, tokenizer, base)
     results: list[Generation | None] = [None] * len(prompts)
     t0 = time.perf_counter()
-    done_tokens = 0
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        ids, mask = left_pad([encoded[i] for i in idx], pad_id)
-        tracker = _GreedyLogprob()
-        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config,
-                             logits_processor=LogitsProcessorList([tracker]))
-        new = out[:, ids.shape[1]:].cpu()  # [b, steps]
-        logps = torch.stack(tracker.steps, dim=1).cpu()  # [b, steps]
-        choices = torch.stack(tracker.choices, dim=1).cpu()
-        for row, i in enumerate(idx):
-            toks = new[row].tolist()
-            stop_at = next((k for k, t in enumerate(toks) if t in stops), None)
-            n = stop_at + 1 if stop_at is not None else len(toks)
-            if not torch.equal(choices[row, :n], new[row, :n]):
-                raise ModelError("generation did not follow greedy arg-max; another logits processor is active")
-            text = tokenizer.decode(toks[:stop_at] if stop_at is not None else toks, skip_special_tokens=True)
-            results[i] = Generation(text=text.strip(), n_tokens=n, mean_logprob=float(logps[row, :n].mean()),
-                                    stopped=stop_at is not None)
-            done_tokens += n
-        if progress:
-            elapsed = time.perf_counter() - t0
-            finished = min(start + batch_size, len(order))
-            print(f"\rgenerate {finished}/{len(order)}  {done_tokens / elapsed:.1f} tok/s  "
-                  f"{elapsed:.0f}s elapsed", end="", file=sys.stderr, flush=True)
+    done_tokens = finished = 0
+    # Refill once a quarter of the slots are free: joining rows are prefilled together, which costs less
+    # than one prefill per freed slot.
+    refill_at = max(1, batch_size // 4)
+    while queue or batch.rows:
+        free = batch_size - len(batch.rows)
+        if queue and (free >= refill_at or not batch.rows):
+            idx = [queue.popleft() for _ in range(min(free, len(queue)))]
+            batch.add([prompts[i] for i in idx], idx, [adapters[i] for i in idx], [max_new_tokens] * len(idx))
+        for row, d in batch.step():
+            results[row.key] = Generation(d.text, d.n_tokens, d.mean_logprob, d.stopped)
+            done_tokens += d.n_tokens
+            finished += 1
+            if progress:
+                elapsed = time.perf_counter() - t0
+                print(f"\rgenerate {finished}/{len(prompts)}  {done_tokens / elapsed:.1f} tok/s  "
+                      f"{elapsed:.0f}s elapsed", end="", file=sys.stderr, flush=True)
     if progress:
         print(file=sys.stderr)
     if stats is not None:
         stats.prompts += len(prompts)
-        stats.prompt_tokens += sum(len(e) for e in encoded)
+        stats.prompt_tokens += sum(lengths)
         stats.generated_tokens += done_tokens
         stats.seconds += time.perf_counter() - t0
     assert all(r is not None for r in results)

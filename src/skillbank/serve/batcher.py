@@ -5,7 +5,7 @@ Everything here runs on the event loop. The queue is a plain list the collector 
 - ``submit`` adds a call's jobs all-or-nothing; when queued plus running jobs would exceed ``queue_size`` it
   raises :class:`QueueFull` with a Retry-After estimate from the recent service rate (the HTTP layer answers
   429).
-- The local engine decodes a batch whose rows come and go between steps (decode.py). The collector keeps it
+- The local engine decodes a batch whose rows come and go between steps (skillbank.model.decode). The collector keeps it
   at up to ``max_batch`` rows: whenever rows finish, the oldest queued jobs take their places at the next
   step, whatever their shard (each row runs its own shard's LoRA). Only an idle engine waits for company:
   the first request waits up to the window for others to start with it.

@@ -16,8 +16,8 @@ class ServeConfig(BaseModel):
         no gather window; the baseline ``bench/serve.py`` compares against).
     batch_window_ms: how long the first request reaching an idle engine waits for company. A request arriving
         while the engine is decoding joins the running batch at its next step.
-    max_batch: most requests decoded together (rows of several shards share one batch; see decode.py).
-    reuse_prefixes: prefill only what follows the prompt prefix a shard's requests share (decode.py, PrefixKV).
+    max_batch: most requests decoded together (rows of several shards share one batch; see skillbank.model.decode).
+    reuse_prefixes: prefill only what follows the prompt prefix a shard's requests share (skillbank.model.decode.PrefixKV).
     queue_size: most requests waiting or running; beyond it a call gets 429 with Retry-After.
     timeout_s: per-request deadline, queueing included (504 after it).
     max_request_chars / max_list: limits on one request's text and on the requests of one /v1/plan call (413).

@@ -4,7 +4,7 @@
 newly published shard - runs on its single thread, so they never interleave (PEFT's active adapter is global
 state of the model). Rows of several shards share the batch: PEFT's mixed-adapter batches (``adapter_names``)
 run the base weights once for all rows and each LoRA shard only on its own rows. Rows join between steps
-and leave when they stop (decode.py). The outputs are those of ``SkillBank.plan``.
+and leave when they stop (skillbank.model.decode). The outputs are those of ``SkillBank.plan``.
 
 :class:`UpstreamEngine` keeps routing here and sends each job to an OpenAI-compatible server (vLLM with the
 shards loaded as LoRA modules, or another ``skillbank serve``), naming the routed shard as the model.
@@ -22,7 +22,7 @@ from skillbank.graph import ParseResult, parse_graph
 from skillbank.memory.bank import ShardEntry
 from skillbank.model.prompts import USER_TEMPLATE, prompt_ids, render_prompt
 from skillbank.model.serialization import decode
-from skillbank.serve.decode import RowBatch
+from skillbank.model.decode import RowBatch
 
 
 class UpstreamError(Exception):
@@ -76,7 +76,7 @@ def parse_output(text: str, entry: ShardEntry) -> ParseResult:
 class LocalEngine:
     """Generation on the base model held in this process, by one engine thread that owns the model.
 
-    The thread runs the decode loop of a :class:`~skillbank.serve.decode.RowBatch`: between two steps it takes
+    The thread runs the decode loop of a :class:`~skillbank.model.decode.RowBatch`: between two steps it takes
     the jobs the batcher admitted (``admit``) into the batch and runs queued model operations (``call``, e.g.
     attaching a newly published shard); after each step it hands every finished row's output back through the
     ``deliver`` callback it was admitted with. A job marked ``cancelled`` leaves the batch at the next step.

@@ -1,5 +1,8 @@
 """Greedy decoding of a batch whose rows come and go: iteration-level ("continuous") batching.
 
+Used by :func:`skillbank.model.generate.generate` (offline: a finished row's slot is refilled from the queue)
+and by the service's engine (online: requests join between steps).
+
 ``model.generate`` keeps every row of a batch in every step until the longest row ends, and takes no new
 row before that, so a row that stopped after 30 tokens still pays for the 130 steps of its longest
 neighbour and a new request waits for all of them. Task graphs vary a lot in length (one node to five), which
@@ -11,9 +14,8 @@ on a CPU made most of a static batch's work padding. :class:`RowBatch` instead
   left-padded (or the batch's are) to a common length and concatenated - masked padding, exactly as the
   left padding of an ordinary batch; columns that no live row attends to any more are cut off.
 
-The arithmetic per row is that of ``skillbank.model.generate.generate``: the same left padding, position
-ids (``cumsum(mask) - 1``), greedy arg-max, stop tokens and text decoding, so the outputs are the same
-(tests compare them). Rows may use different LoRA shards: with several shards in the batch each forward
+The arithmetic per row is that of ``transformers``' ``generate`` with greedy search: left padding, position
+ids (``cumsum(mask) - 1``), arg-max, stop tokens, so the outputs are the same (tests compare them). Rows may use different LoRA shards: with several shards in the batch each forward
 passes PEFT's ``adapter_names`` (mixed-adapter batch, each shard applied to its own rows only); with one,
 that shard is simply the active adapter.
 
@@ -36,7 +38,6 @@ import torch
 
 import torch.nn.functional as F
 
-from skillbank.model.generate import left_pad
 from skillbank.model.prompts import encode_text, stop_token_ids
 
 
@@ -45,6 +46,19 @@ class Decoded:
     text: str
     n_tokens: int  # generated, the stop token included
     stopped: bool  # False: it ran into the cap
+    mean_logprob: float  # of the generated tokens (stop token included), natural log
+
+
+def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows padded on the left into ids [B, T] and attention mask [B, T] (decoder-only generation
+    continues every row from its last position)."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+        mask[i, width - len(r):] = 1
+    return ids, mask
 
 
 @dataclass
@@ -53,6 +67,7 @@ class Row:
     adapter: str | None
     cap: int
     tokens: list[int] = field(default_factory=list)
+    logprob: float = 0.0  # summed over ``tokens``
 
 
 class RowBatch:
@@ -142,9 +157,12 @@ class RowBatch:
         if not self.rows:
             return []
         nxt = self.logits.argmax(dim=-1)  # [b]
+        # the confidence Self-route compares: log-probability of each picked token
+        picked = torch.log_softmax(self.logits.float(), dim=-1).gather(1, nxt[:, None]).squeeze(1)
         done, keep = [], []
-        for r, (row, t) in enumerate(zip(self.rows, nxt.tolist())):
+        for r, (row, t, lp) in enumerate(zip(self.rows, nxt.tolist(), picked.tolist())):
             row.tokens.append(t)
+            row.logprob += lp
             if drop and row.key in drop:
                 done.append((row, None))
                 continue
@@ -193,7 +211,8 @@ class RowBatch:
 
     def _decoded(self, row: Row, stopped: bool) -> Decoded:
         body = row.tokens[:-1] if stopped else row.tokens
-        return Decoded(self.tokenizer.decode(body, skip_special_tokens=True).strip(), len(row.tokens), stopped)
+        return Decoded(self.tokenizer.decode(body, skip_special_tokens=True).strip(), len(row.tokens), stopped,
+                       row.logprob / len(row.tokens))
 
 
 def _left_padded(kv: torch.Tensor | None, width: int, like: torch.Tensor) -> torch.Tensor:
@@ -233,15 +252,3 @@ class PrefixKV:
             kv = [(k[:, :, :shared], v[:, :, :shared]) for k, v in kv]
             self.entries[adapter] = (tokens[:shared], kv)
         return tokens[:shared], kv
-
-
-def greedy_shrinking(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int,
-                     adapter_names: Sequence[str] | None = None, base=None) -> list[Decoded]:
-    """Greedy-decode rendered prompts as one batch whose finished rows leave it; outputs in input order."""
-    batch = RowBatch(model, tokenizer, base)
-    adapters = list(adapter_names) if adapter_names is not None else [None] * len(prompts)
-    batch.add(prompts, list(range(len(prompts))), adapters, [max_new_tokens] * len(prompts))
-    out: dict[int, Decoded] = {}
-    while batch.rows:
-        out.update((row.key, d) for row, d in batch.step())
-    return [out[i] for i in range(len(prompts))]
