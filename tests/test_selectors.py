@@ -213,6 +213,18 @@ def test_evaluate_every_selector_over_prefixes_and_resume(tmp_path, tiny_bank, s
     assert again["orders"]["O1"]["selectors"]["self-route"] == rec["orders"]["O1"]["selectors"]["self-route"]
     with pytest.raises(SelectorError, match=r"unknown selector kind\(s\) \['magic'\]"):
         evaluate_selectors(tiny_bank, small_stream, ["O1"], ["magic"], out_dir=out)
+    # a kill mid-write tears the last line: that one output is generated again, the rest reused
+    lines = (out / "outputs.jsonl").read_text().splitlines()
+    (out / "outputs.jsonl").write_text("\n".join(lines[:-1] + [lines[-1][:20]]) + "\n")
+    torn = evaluate_selectors(tiny_bank, small_stream, ["O1"], ["self-route"], out_dir=out, batch_size=8,
+                              max_new_tokens=4, test_per_family=2)
+    assert torn["timing"]["outputs_reused"] == 5 * n_tests - 1 and torn["timing"]["outputs"] == 5 * n_tests
+    # damage anywhere else is an error naming the file and line, not a silent regeneration
+    lines = (out / "outputs.jsonl").read_text().splitlines()
+    (out / "outputs.jsonl").write_text("\n".join(lines[:2] + ["{oops"] + lines[2:]) + "\n")
+    with pytest.raises(SelectorError, match=r"outputs.jsonl, line 3: not a JSON object"):
+        evaluate_selectors(tiny_bank, small_stream, ["O1"], ["self-route"], out_dir=out, max_new_tokens=4,
+                           test_per_family=2)
 
 
 def test_cli_selectors_and_route_eval(tmp_path, tiny_bank, small_stream):

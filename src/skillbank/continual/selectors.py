@@ -57,10 +57,17 @@ class PersistentOutputCache(OutputCache):
         self.chunk = chunk
         self.reused = 0
         if self.path.is_file():
-            for line in self.path.read_text().splitlines():
+            lines = self.path.read_text().splitlines()
+            for number, line in enumerate(lines, start=1):
                 if not line.strip():
                     continue
-                d = json.loads(line)
+                try:
+                    d = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    if number == len(lines):  # torn by a kill mid-write: that output is generated again
+                        continue
+                    raise SelectorError(f"{self.path}, line {number}: not a JSON object ({exc.msg}); "
+                                        "delete the file to generate every output again") from None
                 entry = execution.shards.get(d["shard"])
                 if entry is None or d.get("max_new_tokens") != max_new_tokens:
                     continue
