@@ -2,7 +2,8 @@
 
 64 held-out requests spread over the five shards of a trained bank are routed by its Address Memory and
 generated (greedy, the bank's shards) twice in one run:
-  - grouped: requests grouped by routed shard, each shard activated once, batches of --batch-size;
+  - grouped: requests grouped by routed shard, each shard activated once, row batches of --batch-size
+    (a finished row leaves and the next request takes its slot);
   - one at a time: each request alone (batch 1), switching to its shard every time (the baseline).
 Prints output tokens/s for both and the ratio, and checks both produced the same texts.
 
