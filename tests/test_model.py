@@ -218,3 +218,23 @@ def test_cache_root_honours_env(monkeypatch, tmp_path):
     monkeypatch.setenv("SKILLBANK_CACHE", str(tmp_path))
     assert cache_root() == tmp_path
     assert cache_root(tmp_path / "x") == tmp_path / "x"
+
+
+def test_default_threads_leaves_busy_cores_alone(monkeypatch):
+    from skillbank.model import base as base_mod
+
+    monkeypatch.setattr(base_mod.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(base_mod.os, "getloadavg", lambda: (0.3, 0.0, 0.0))
+    assert base_mod.default_threads() == 2
+    monkeypatch.setattr(base_mod.os, "getloadavg", lambda: (1.2, 0.0, 0.0))  # one core taken by another job
+    assert base_mod.default_threads() == 1
+    monkeypatch.setattr(base_mod.os, "getloadavg", lambda: (7.0, 0.0, 0.0))  # overloaded: still one thread
+    assert base_mod.default_threads() == 1
+    monkeypatch.setattr(base_mod.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(base_mod.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert base_mod.default_threads() == 8  # small models gain nothing beyond
+
+    def unavailable():
+        raise OSError("no load average here")
+    monkeypatch.setattr(base_mod.os, "getloadavg", unavailable)
+    assert base_mod.default_threads() == 8
