@@ -35,7 +35,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
-	$(PY) bench/route.py
+	$(PY) bench/route_selectors.py
 
 bench-serve: $(STAMP)
 	$(PY) bench/serve.py --bank runs/demo/bank
