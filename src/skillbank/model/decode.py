@@ -109,13 +109,17 @@ class RowBatch:
                          logits_to_keep=1, **{self._cache_arg: cache}, **extra)
         return out.logits[:, -1, :]
 
-    @torch.inference_mode()
     def add(self, prompts: Sequence[str], keys: Sequence[Any], adapters: Sequence[str | None], caps: Sequence[int]) -> None:
         """Prefill new rows (rendered prompt strings) and join them to the batch."""
+        self.add_ids([encode_text(self.tokenizer, p) for p in prompts], keys, adapters, caps)
+
+    @torch.inference_mode()
+    def add_ids(self, ids: Sequence[list[int]], keys: Sequence[Any], adapters: Sequence[str | None],
+                caps: Sequence[int]) -> None:
+        """:meth:`add` for prompts already tokenized."""
         from transformers import DynamicCache
 
-        adapters = list(adapters)
-        ids = [encode_text(self.tokenizer, p) for p in prompts]
+        adapters, ids = list(adapters), list(ids)
         heads = self._reused_heads(adapters, ids)  # per row: (reused prefix tokens, their k/v per layer)
         width = max(len(tokens) for tokens, _ in heads)
         cache = DynamicCache()
@@ -142,9 +146,8 @@ class RowBatch:
         width = max(old_w, new_w)
         for mine, theirs in zip(self.cache.layers, cache.layers):
             # [b, kv_heads, length, head_dim]: pad the length on the left, then stack the rows
-            mine.keys = torch.cat([F.pad(mine.keys, (0, 0, width - old_w, 0)), F.pad(theirs.keys, (0, 0, width - new_w, 0))])
-            mine.values = torch.cat([F.pad(mine.values, (0, 0, width - old_w, 0)),
-                                     F.pad(theirs.values, (0, 0, width - new_w, 0))])
+            mine.keys = torch.cat([_left_padded(mine.keys, width), _left_padded(theirs.keys, width)])
+            mine.values = torch.cat([_left_padded(mine.values, width), _left_padded(theirs.values, width)])
         self.mask = torch.cat([F.pad(self.mask, (width - old_w, 0)), F.pad(mask, (width - new_w, 0))])
         self.last_pos = torch.cat([self.last_pos, positions[:, -1]])
         self.logits = torch.cat([self.logits, logits])
@@ -215,8 +218,9 @@ class RowBatch:
                        row.logprob / len(row.tokens))
 
 
-def _left_padded(kv: torch.Tensor | None, width: int, like: torch.Tensor) -> torch.Tensor:
-    """``kv`` ([1, kv_heads, length, head_dim] or None for nothing) left-padded with zeros to ``width``."""
+def _left_padded(kv: torch.Tensor | None, width: int, like: torch.Tensor | None = None) -> torch.Tensor:
+    """``kv`` ([rows, kv_heads, length, head_dim], or None for nothing: zeros shaped after ``like``)
+    left-padded with zeros to ``width``."""
     if kv is None:
         return like.new_zeros(like.shape[:2] + (width,) + like.shape[3:])
     return F.pad(kv, (0, 0, width - kv.shape[2], 0))

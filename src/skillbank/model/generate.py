@@ -82,7 +82,8 @@ def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
         return []
     model.eval()
     adapters = list(adapter_names) if adapter_names is not None else [None] * len(prompts)
-    lengths = [len(encode_text(tokenizer, p)) for p in prompts]
+    encoded = [encode_text(tokenizer, p) for p in prompts]
+    lengths = [len(e) for e in encoded]
     # Longest first: the memory peak comes early and rows that join together need little padding.
     queue = deque(sorted(range(len(prompts)), key=lambda i: -lengths[i]))
     batch = RowBatch(model, tokenizer, base)
@@ -96,7 +97,7 @@ def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
         free = batch_size - len(batch.rows)
         if queue and (free >= refill_at or not batch.rows):
             idx = [queue.popleft() for _ in range(min(free, len(queue)))]
-            batch.add([prompts[i] for i in idx], idx, [adapters[i] for i in idx], [max_new_tokens] * len(idx))
+            batch.add_ids([encoded[i] for i in idx], idx, [adapters[i] for i in idx], [max_new_tokens] * len(idx))
         for row, d in batch.step():
             results[row.key] = Generation(d.text, d.n_tokens, d.mean_logprob, d.stopped)
             done_tokens += d.n_tokens
