@@ -121,6 +121,8 @@ def test_a_run_directory_refuses_another_configuration(tmp_path, tiny_model_dir)
     with pytest.raises(ConfigError, match="another configuration.*train"):
         run(other, tmp_path / "r", progress=False)
     run(other, tmp_path / "r", progress=False, restart=True)  # --restart discards it
+    faster = other.model_copy(update={"base": other.base.model_copy(update={"threads": 2})})
+    run(faster, tmp_path / "r", progress=False)  # the thread count is not part of what a run learns
 
 
 def test_method_config_errors():

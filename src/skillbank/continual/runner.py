@@ -376,7 +376,7 @@ def _check_config(out: Path, cfg: RunConfig) -> None:
         # Adding methods or orders to a run is fine (another process may run them); anything that changes
         # what a method learns or how it is evaluated is not.
         skip = {"methods", "runner", "method_params", "name"}
-        diff = sorted(k for k in set(old) | set(new) if k not in skip and _without_orders(k, old.get(k)) != _without_orders(k, new.get(k)))
+        diff = sorted(k for k in set(old) | set(new) if k not in skip and _identity(k, old.get(k)) != _identity(k, new.get(k)))
         shared = set(old.get("method_params", {})) & set(new.get("method_params", {}))
         diff += [f"method_params.{m}" for m in sorted(shared) if old["method_params"][m] != new["method_params"][m]]
         if diff:
@@ -388,9 +388,15 @@ def _check_config(out: Path, cfg: RunConfig) -> None:
     _write_json(path, new)
 
 
-def _without_orders(section: str, value):
-    if section == "eval" and isinstance(value, dict):
-        return {k: v for k, v in value.items() if k != "orders"}
+# Settings outside a run's identity: orders are additive (another process may run another order), and the
+# thread count and cache folder change how fast a run goes, not what it learns, so a run started on a
+# shared machine with one thread may be resumed alone with more.
+_NOT_IDENTITY = {"eval": {"orders"}, "base": {"threads", "cache_dir"}}
+
+
+def _identity(section: str, value):
+    if section in _NOT_IDENTITY and isinstance(value, dict):
+        return {k: v for k, v in value.items() if k not in _NOT_IDENTITY[section]}
     return value
 
 

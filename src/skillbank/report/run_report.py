@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from skillbank.metrics import AccuracyMatrix
+from skillbank.report.findings import findings_markdown
 from skillbank.report.plots import access_heatmap, matrix_heatmap, trajectories
 
 # Display order and names: the paper's table reads baselines first, then FSM and its Oracle bound.
@@ -127,6 +128,19 @@ def _training_table(results: Sequence[dict]) -> list[str]:
     return lines + [""]
 
 
+def _compute_lines(results: Sequence[dict]) -> list[str]:
+    """Total compute from the stage files, which a resumed or stopped process still leaves (a process's
+    own wall time is recorded only when it finishes, so a run spread over several sittings has none)."""
+    lines = []
+    for r in results:
+        train = sum(po["timing"]["train_seconds"] for m in r["methods"].values() for po in m.values())
+        ev = sum(po["timing"]["eval_seconds"] for m in r["methods"].values() for po in m.values())
+        who = f" ({r.get('name', '')})" if len(results) > 1 else ""
+        lines.append(f"Sum over methods and orders{who}: training {train / 3600:.2f} h, evaluation {ev / 3600:.2f} h "
+                     "of process time (processes running side by side overlap in wall time).")
+    return lines + [""]
+
+
 def _route_lines(results: Sequence[dict]) -> list[str]:
     lines = []
     for run, v, per_order in _rows(results):
@@ -189,7 +203,8 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
              "## Method comparison", ""]
     lines += comparison_table(results)
     lines += _route_lines(results)
-    lines += ["## Training and evaluation cost", ""] + _training_table(results)
+    lines += findings_markdown(results)
+    lines += ["## Training and evaluation cost", ""] + _training_table(results) + _compute_lines(results)
     figs = _figures(results, out)
     lines += ["## Figures", ""]
     for caption, png in figs:

@@ -1,0 +1,172 @@
+"""Does a run show what the paper reports? Each of the paper's comparison findings, checked on a run's
+numbers against a threshold fixed here in advance, with a plain verdict: holds, does not hold, or not
+measured yet (a method missing or stopped before its last stage).
+
+The findings (FSM paper, Table 2 and Section 6) and the thresholds that decide them:
+
+* the direct sequential baselines (SFT, LwF, EWC, O-LoRA) lose closed-book EM on earlier families:
+  BWT at most -10 points (the paper's are -38 to -71);
+* FSM keeps them: BWT at least -6 points (the paper's are -3.7 and -5.1);
+* FSM beats Progressive-LoRA on task-macro EM (by 14.3 points on average in the paper);
+* Replay is the strong reference: its macro EM is at least that of every replay-free trained baseline
+  (SFT, LwF, EWC, O-LoRA, Progressive-LoRA). The paper also has Replay 1.9 points above FSM; the gap is
+  reported, not judged.
+
+A run is judged per order. The thresholds are not fitted to any run; change them here, not per report.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+FORGETTING_BWT = -0.10       # "loses old families": BWT at or below this
+RETENTION_BWT = -0.06        # "keeps them (BWT near zero)": BWT at or above this
+DIRECT_BASELINES = ("sft", "lwf", "ewc", "olora")
+REPLAY_FREE_TRAINED = ("sft", "lwf", "ewc", "olora", "progressive")
+TITLES = {"sft": "SFT", "lwf": "LwF", "ewc": "EWC", "olora": "O-LoRA", "progressive": "Progressive-LoRA",
+          "fsm": "FSM", "replay": "Replay"}
+
+
+@dataclass
+class Finding:
+    key: str              # "forgetting" | "retention" | "beats-progressive" | "replay-reference"
+    claim: str
+    order: str
+    verdict: str          # "holds" | "does not hold" | "not measured"
+    evidence: str
+
+
+def _summary(result: dict, variant: str, order: str) -> tuple[dict | None, str | None]:
+    """(summary, None) for a finished variant, else (None, why it is missing)."""
+    method = "fsm" if variant == "oracle" else variant
+    per_order = result["methods"].get(method, {}).get(order)
+    if per_order is None or variant not in per_order["variants"]:
+        return None, f"{TITLES.get(variant, variant)} not run"
+    if not per_order.get("complete", False):
+        return None, f"{TITLES.get(variant, variant)} stopped after stage {per_order['stages_done']}"
+    return per_order["variants"][variant]["summary"], None
+
+
+def _pts(x: float) -> str:
+    return f"{100 * x:+.1f}"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def check_findings(result: dict) -> list[Finding]:
+    """Every finding for every order of one run (a ``load_run`` record)."""
+    orders = sorted({o for per_order in result["methods"].values() for o in per_order})
+    out: list[Finding] = []
+    for order in orders:
+        out.append(_forgetting(result, order))
+        out.append(_retention(result, order))
+        out.append(_beats_progressive(result, order))
+        out.append(_replay_reference(result, order))
+    return out
+
+
+def _forgetting(result: dict, order: str) -> Finding:
+    claim = "SFT, LwF, EWC and O-LoRA lose closed-book EM on earlier families (BWT <= -10 points)"
+    parts, missing, failed = [], [], []
+    for m in DIRECT_BASELINES:
+        s, why = _summary(result, m, order)
+        if s is None:
+            missing.append(why)
+            continue
+        parts.append(f"{TITLES[m]} {_pts(s['bwt'])}")
+        if s["bwt"] > FORGETTING_BWT:
+            failed.append(TITLES[m])
+    evidence = "BWT " + ", ".join(parts) if parts else ""
+    if failed:
+        return Finding("forgetting", claim, order, "does not hold", f"{evidence}; kept: {', '.join(failed)}")
+    if missing:
+        return Finding("forgetting", claim, order, "not measured", "; ".join(filter(None, [evidence] + missing)))
+    return Finding("forgetting", claim, order, "holds", evidence)
+
+
+def _retention(result: dict, order: str) -> Finding:
+    claim = "FSM keeps earlier families (BWT >= -6 points)"
+    s, why = _summary(result, "fsm", order)
+    if s is None:
+        return Finding("retention", claim, order, "not measured", why)
+    evidence = f"FSM BWT {_pts(s['bwt'])}, macro EM {_pct(s['macro_em'])}"
+    return Finding("retention", claim, order, "holds" if s["bwt"] >= RETENTION_BWT else "does not hold", evidence)
+
+
+def _beats_progressive(result: dict, order: str) -> Finding:
+    claim = "FSM beats Progressive-LoRA on macro EM"
+    fsm, why_f = _summary(result, "fsm", order)
+    prog, why_p = _summary(result, "progressive", order)
+    if fsm is None or prog is None:
+        return Finding("beats-progressive", claim, order, "not measured", "; ".join(w for w in (why_f, why_p) if w))
+    gap = fsm["macro_em"] - prog["macro_em"]
+    evidence = f"FSM {_pct(fsm['macro_em'])} vs Progressive-LoRA {_pct(prog['macro_em'])} ({_pts(gap)} points)"
+    return Finding("beats-progressive", claim, order, "holds" if gap > 0 else "does not hold", evidence)
+
+
+def _replay_reference(result: dict, order: str) -> Finding:
+    claim = "Replay is the strong reference (macro EM >= every replay-free trained baseline)"
+    replay, why = _summary(result, "replay", order)
+    if replay is None:
+        return Finding("replay-reference", claim, order, "not measured", why)
+    parts, missing, above = [], [], []
+    for m in REPLAY_FREE_TRAINED:
+        s, why = _summary(result, m, order)
+        if s is None:
+            missing.append(why)
+            continue
+        parts.append(f"{TITLES[m]} {_pct(s['macro_em'])}")
+        if s["macro_em"] > replay["macro_em"]:
+            above.append(TITLES[m])
+    fsm, _ = _summary(result, "fsm", order)
+    evidence = f"Replay {_pct(replay['macro_em'])}; " + ", ".join(parts)
+    if fsm is not None:
+        evidence += f"; FSM {_pct(fsm['macro_em'])} (Replay {_pts(replay['macro_em'] - fsm['macro_em'])} points over FSM)"
+    if above:
+        return Finding("replay-reference", claim, order, "does not hold", f"{evidence}; above Replay: {', '.join(above)}")
+    if missing:
+        return Finding("replay-reference", claim, order, "not measured", "; ".join([evidence] + missing))
+    return Finding("replay-reference", claim, order, "holds", evidence)
+
+
+def acquisition_lines(result: dict) -> list[str]:
+    """How well each trained method learns a family when it arrives (mean EM on the diagonal of its
+    accuracy matrix), next to FSM's executors trained on the same data alone: a baseline that forgets
+    and one that never learned look alike in BWT and macro EM, but not here."""
+    orders = sorted({o for per_order in result["methods"].values() for o in per_order})
+    lines = []
+    for order in orders:
+        parts = []
+        for m in ("fsm",) + REPLAY_FREE_TRAINED + ("replay",):
+            per_order = result["methods"].get(m, {}).get(order)
+            if per_order is None or m not in per_order["variants"]:
+                continue
+            d = per_order["variants"][m]["summary"]["diagonal_macro_em"]
+            done = "" if per_order.get("complete") else f" (stages 1-{per_order['stages_done']})"
+            parts.append(f"{TITLES[m]} {_pct(d)}{done}")
+        if parts:
+            lines.append(f"- order {order}: " + ", ".join(parts))
+    return lines
+
+
+def findings_markdown(results: Sequence[dict]) -> list[str]:
+    """The section for the report: one verdict table per run, and the acquisition line."""
+    lines = ["## The paper's findings on this run", "",
+             "Each finding of the paper's method comparison, judged on this run against a threshold fixed in "
+             "advance (`skillbank/report/findings.py`); a method missing or stopped early leaves it not measured.", ""]
+    multi = len(results) > 1
+    for res in results:
+        if multi:
+            lines += [f"### {res.get('name', '')}", ""]
+        lines += ["| finding | order | verdict | evidence |", "|---|---|---|---|"]
+        for f in check_findings(res):
+            verdict = f"**{f.verdict}**" if f.verdict == "does not hold" else f.verdict
+            lines.append(f"| {f.claim} | {f.order} | {verdict} | {f.evidence} |")
+        acq = acquisition_lines(res)
+        if acq:
+            lines += ["", "Learning each family when it arrives (mean EM on the accuracy matrix's diagonal, %); "
+                      "the paper's sequential baselines learn the newest family about as well as SFT does:", ""] + acq
+        lines.append("")
+    return lines
