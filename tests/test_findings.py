@@ -38,8 +38,8 @@ def test_each_finding_can_fail():
     m["sft"] = _entry(0.70, -0.60)              # a replay-free baseline above Replay
     found = {f.key: f for f in check_findings(_record(**m)) if f.order == "O1"}
     assert all(f.verdict == "does not hold" for f in found.values()), found
-    assert "kept: EWC" in found["forgetting"].evidence
-    assert "above Replay: SFT" in found["replay-reference"].evidence
+    assert "not as the paper: EWC" in found["forgetting"].evidence
+    assert "not as the paper: SFT" in found["replay-reference"].evidence
 
 
 def test_unfinished_or_missing_methods_are_not_judged():

@@ -67,23 +67,31 @@ def check_findings(result: dict) -> list[Finding]:
     return out
 
 
-def _forgetting(result: dict, order: str) -> Finding:
-    claim = "SFT, LwF, EWC and O-LoRA lose closed-book EM on earlier families (BWT <= -10 points)"
+def _every_method(key: str, claim: str, order: str, result: dict, methods: Sequence[str], fails, show,
+                  lead: str = "") -> Finding:
+    """A finding over several methods: it fails on any finished method that ``fails``, and is not measured
+    while some are unfinished and none has failed yet."""
     parts, missing, failed = [], [], []
-    for m in DIRECT_BASELINES:
+    for m in methods:
         s, why = _summary(result, m, order)
         if s is None:
             missing.append(why)
             continue
-        parts.append(f"{TITLES[m]} {_pts(s['bwt'])}")
-        if s["bwt"] > FORGETTING_BWT:
+        parts.append(f"{TITLES[m]} {show(s)}")
+        if fails(s):
             failed.append(TITLES[m])
-    evidence = "BWT " + ", ".join(parts) if parts else ""
+    evidence = lead + ", ".join(parts)
     if failed:
-        return Finding("forgetting", claim, order, "does not hold", f"{evidence}; kept: {', '.join(failed)}")
+        return Finding(key, claim, order, "does not hold", f"{evidence}; not as the paper: {', '.join(failed)}")
     if missing:
-        return Finding("forgetting", claim, order, "not measured", "; ".join(filter(None, [evidence] + missing)))
-    return Finding("forgetting", claim, order, "holds", evidence)
+        return Finding(key, claim, order, "not measured", "; ".join(filter(None, [evidence] + missing)))
+    return Finding(key, claim, order, "holds", evidence)
+
+
+def _forgetting(result: dict, order: str) -> Finding:
+    return _every_method("forgetting", "SFT, LwF, EWC and O-LoRA lose closed-book EM on earlier families "
+                         "(BWT <= -10 points)", order, result, DIRECT_BASELINES,
+                         fails=lambda s: s["bwt"] > FORGETTING_BWT, show=lambda s: f"BWT {_pts(s['bwt'])}")
 
 
 def _retention(result: dict, order: str) -> Finding:
@@ -111,24 +119,13 @@ def _replay_reference(result: dict, order: str) -> Finding:
     replay, why = _summary(result, "replay", order)
     if replay is None:
         return Finding("replay-reference", claim, order, "not measured", why)
-    parts, missing, above = [], [], []
-    for m in REPLAY_FREE_TRAINED:
-        s, why = _summary(result, m, order)
-        if s is None:
-            missing.append(why)
-            continue
-        parts.append(f"{TITLES[m]} {_pct(s['macro_em'])}")
-        if s["macro_em"] > replay["macro_em"]:
-            above.append(TITLES[m])
     fsm, _ = _summary(result, "fsm", order)
-    evidence = f"Replay {_pct(replay['macro_em'])}; " + ", ".join(parts)
+    lead = f"Replay {_pct(replay['macro_em'])}"
     if fsm is not None:
-        evidence += f"; FSM {_pct(fsm['macro_em'])} (Replay {_pts(replay['macro_em'] - fsm['macro_em'])} points over FSM)"
-    if above:
-        return Finding("replay-reference", claim, order, "does not hold", f"{evidence}; above Replay: {', '.join(above)}")
-    if missing:
-        return Finding("replay-reference", claim, order, "not measured", "; ".join([evidence] + missing))
-    return Finding("replay-reference", claim, order, "holds", evidence)
+        lead += f" ({_pts(replay['macro_em'] - fsm['macro_em'])} points over FSM)"
+    return _every_method("replay-reference", claim, order, result, REPLAY_FREE_TRAINED,
+                         fails=lambda s: s["macro_em"] > replay["macro_em"],
+                         show=lambda s: _pct(s["macro_em"]), lead=lead + "; ")
 
 
 def acquisition_lines(result: dict) -> list[str]:
