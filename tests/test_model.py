@@ -201,6 +201,18 @@ def test_generate_validates_arguments(tiny):
     assert torch.get_num_threads() >= 1
 
 
+def test_decoding_refuses_layers_without_a_key_value_cache(tiny, monkeypatch):
+    """Hybrid models (linear attention, state-space layers) would be decoded wrongly by the row-batch
+    decoder's cache edits: they get a clear error instead; attention-only layouts pass."""
+    from skillbank.model.decode import RowBatch
+    config = tiny.model.config
+    monkeypatch.setattr(config, "layer_types", ["full_attention", "sliding_attention"], raising=False)
+    RowBatch(tiny.model, tiny.tokenizer)
+    monkeypatch.setattr(config, "layer_types", ["full_attention", "linear_attention"], raising=False)
+    with pytest.raises(ModelError, match="linear_attention"):
+        generate(tiny.model, tiny.tokenizer, ["x"], max_new_tokens=2)
+
+
 def test_missing_wheel_says_how_to_install(monkeypatch):
     import importlib.util
 

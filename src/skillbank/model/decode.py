@@ -78,6 +78,7 @@ class RowBatch:
 
     def __init__(self, model, tokenizer, base=None, *, reuse_prefixes: bool = True, min_prefix_tokens: int = 8):
         self.model, self.tokenizer, self.base = model, tokenizer, base
+        _check_attention_only(model)
         self.prefixes = PrefixKV(min_prefix_tokens) if reuse_prefixes else None
         self.device = next(model.parameters()).device
         self.stops = set(stop_token_ids(tokenizer, model))
@@ -216,6 +217,25 @@ class RowBatch:
         body = row.tokens[:-1] if stopped else row.tokens
         return Decoded(self.tokenizer.decode(body, skip_special_tokens=True).strip(), len(row.tokens), stopped,
                        row.logprob / len(row.tokens))
+
+
+# Layer kinds whose cache is plain keys and values along the sequence, which is what joining, trimming and
+# prefix reuse edit. A sliding window is applied by the attention mask over cache columns, which for a
+# padded row can only narrow its window, and only past the window's length (thousands of tokens).
+_KV_LAYER_TYPES = {"full_attention", "sliding_attention", "chunked_attention"}
+
+
+def _check_attention_only(model) -> None:
+    """Refuse models with layers whose cache is not keys/values (linear attention, state-space, conv):
+    editing their cache row by row would silently decode wrong tokens."""
+    from skillbank.errors import ModelError
+
+    config = getattr(model, "config", None)
+    kinds = set(getattr(config, "layer_types", None) or [])
+    others = sorted(kinds - _KV_LAYER_TYPES)
+    if others:
+        raise ModelError(f"row-batch decoding needs attention layers with a key/value cache; "
+                         f"{getattr(config, 'model_type', type(model).__name__)} also has layer types {', '.join(others)}")
 
 
 def _left_padded(kv: torch.Tensor | None, width: int, like: torch.Tensor | None = None) -> torch.Tensor:
