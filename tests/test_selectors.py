@@ -154,6 +154,13 @@ def test_adaptercl_selfroute_oracle(tmp_path, tiny_bank, small_stream):
     assert conf.shape == (4, 2) and np.all(conf <= 0)
     assert sr.predict(test[:4]) == [keys[i] for i in conf.argmax(1)]
     assert len(cache.outputs) == 8  # every learned shard generated once per request
+    sr.clear_outputs()  # a shared cache is the caller's: kept
+    assert sr.cache() is cache and len(cache.outputs) == 8
+    own = stage_fit(make_selector("self-route", execution=ex, max_new_tokens=4), small_stream, keys[:2])
+    first = own.cache()
+    assert own.confidence(test[:1]).shape == (1, 2) and len(first.outputs) == 2
+    own.clear_outputs()
+    assert own.cache() is not first and len(own.cache().outputs) == 0
     with pytest.raises(SelectorError, match="self-route needs the bank's executors"):
         make_selector("self-route").partial_fit(["x y"], "a").predict(["x y"])
 

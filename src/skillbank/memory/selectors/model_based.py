@@ -311,6 +311,12 @@ class SelfRouteSelector(_ShardListSelector):
         self._register(requests, labels)
         return self
 
+    def clear_outputs(self) -> None:
+        """Forget the generations made so far (an own cache only; a shared one passed as ``cache`` is
+        the caller's), so that the next routing generates again - e.g. to time it."""
+        if self._execution is not None:
+            self._cache = None
+
     def outputs(self, requests: Sequence[str]) -> list[list]:
         """Every learned shard's output for each request: ``[request][class]``."""
         self._check_fitted()
