@@ -10,9 +10,10 @@
 #
 # Jobs start in the order listed in JOB_ORDER (default: FSM, the trained baselines, the references,
 # the diagnostics), each method's two orders next to each other so that partial results stay
-# comparable across orders. Logs go to RUN_DIR/logs/. After the deadline (0 = none) every process
-# still running is stopped (its finished stages stay on disk) and the report is written from what
-# finished.
+# comparable across orders. When every job has finished, `skillbank reactivate` probes the final
+# checkpoints of LwF, EWC and O-LoRA with the correct skill address (REACTIVATE=0 skips it). Logs go
+# to RUN_DIR/logs/. After the deadline (0 = none) every process still running is stopped (its
+# finished stages stay on disk) and the report is written from what finished.
 set -u
 RUN=${1:?usage: compare.sh RUN_DIR [DEADLINE_SECONDS]}
 DEADLINE=${2:-0}
@@ -61,6 +62,11 @@ while [ "$(running)" -gt 0 ]; do
   sleep 5
 done
 echo "processes done after $(( $(date +%s) - start )) s (stopped at deadline: $stopped)"
+if [ "$stopped" = 0 ] && [ "${REACTIVATE:-1}" = 1 ]; then
+  # the paper's "w/ correct skill address" rows: LwF, EWC and O-LoRA's final checkpoints with the address
+  echo "$(date +%T) start reactivate"
+  $PY -m skillbank reactivate "$RUN" --no-report >>"$RUN/logs/reactivate.log" 2>&1 || echo "reactivate failed"
+fi
 for f in "$RUN"/logs/*.log; do
   if grep -q "Traceback\|^error" "$f"; then echo "== $f"; tail -5 "$f"; fi
 done

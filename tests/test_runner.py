@@ -269,3 +269,43 @@ def test_parallel_fsm_stages_build_the_same_bank(tmp_path, tiny_model_dir):
     assert len(digests["par"]) == 3 and digests["par"] == digests["seq"]
     assert (tmp_path / "par" / "methods" / "fsm" / "pretrained").is_dir()
     assert _results_without_timing(par)[("fsm", ORDER)]["variants"] == _results_without_timing(seq)[("fsm", ORDER)]["variants"]
+
+
+def test_reactivate_probes_final_checkpoints_with_the_correct_address(tmp_path, tiny_model_dir, monkeypatch):
+    """The paper's "w/ correct skill address" rows: the final checkpoint of a finished method re-evaluated
+    with the address appended, once; unfinished methods and untrained references are not probed."""
+    from typer.testing import CliRunner
+
+    from skillbank.cli import app
+    from skillbank.continual.reactivation import address_records
+    out = tmp_path / "r"
+    run(tiny_config(tiny_model_dir, ["lwf"]), out, progress=False)
+    real_learn = METHODS["ewc"].learn
+    monkeypatch.setattr(METHODS["ewc"], "learn",
+                        lambda self, t, f, r: (_ for _ in ()).throw(KeyboardInterrupt) if t == 2 else real_learn(self, t, f, r))
+    with pytest.raises(KeyboardInterrupt):
+        run(tiny_config(tiny_model_dir, ["ewc"]), out, progress=False)
+    cached = (out / "methods" / "lwf" / "outputs.jsonl").read_text().count("\n")
+
+    res = CliRunner().invoke(app, ["reactivate", str(out), "--method", "lwf", "--method", "ewc"])
+    assert res.exit_code == 0, res.output
+    assert f"lwf {ORDER}: probed" in res.output and f"ewc {ORDER}: not finished: skipped" in res.output
+    final = out / "methods" / "lwf" / ORDER / "stage-03"
+    probe = json.loads((final / "address.json").read_text())
+    assert list(probe["variants"]) == ["lwf+address"] and len(probe["variants"]["lwf+address"]["tasks"]) == 3
+    held_out = sum(t["n"] for t in probe["variants"]["lwf+address"]["tasks"].values())
+    assert (out / "methods" / "lwf" / "outputs.jsonl").read_text().count("\n") == cached + held_out
+    record = runner_mod.load_run(out)
+    assert record["methods"]["lwf"][ORDER]["variants"]["lwf+address"]["final_only"]
+    md = (out / "report.md").read_text()
+    assert "| LwF |" in md and "↳ w/ correct skill address (diagnostic)" in md
+
+    again = CliRunner().invoke(app, ["reactivate", str(out), "--method", "lwf", "--no-report"])
+    assert f"lwf {ORDER}: already probed" in again.output
+    refused = CliRunner().invoke(app, ["reactivate", str(out), "--method", "base-skill"])
+    assert refused.exit_code != 0 and "trains nothing" in refused.output
+
+    rec = runner_mod.build_run_stream(tiny_config(tiny_model_dir, ["lwf"])).test["t1_daily_life"][0]
+    probed = address_records([rec])[0]
+    assert probed.request.startswith(rec.request) and probed.request.endswith(", ".join(rec.graph.tasks))
+    assert probed.graph == rec.graph and probed.id == rec.id

@@ -514,6 +514,27 @@ def report(run_dirs: list[Path] = typer.Argument(..., help="One or more run dire
 
 @app.command()
 @friendly_errors
+def reactivate(run_dir: Path = typer.Argument(..., help="A run directory (skillbank run --out)."),
+               method: Optional[list[str]] = typer.Option(None, "--method", help="Method to probe (repeatable; "
+                                                          "default: the paper's lwf, ewc and olora)."),
+               order: Optional[list[str]] = typer.Option(None, "--order", help="Order to probe (repeatable; default: the run's)."),
+               no_report: bool = typer.Option(False, "--no-report", help="Do not rewrite the run's report.")):
+    """Re-evaluate finished methods' final checkpoints with the correct skill address appended to every
+    request (the paper's "w/ correct skill address" rows; a diagnostic, no retraining)."""
+    from skillbank.continual.reactivation import PAPER_METHODS
+    from skillbank.continual.reactivation import reactivate as probe
+    done = probe(run_dir, method or PAPER_METHODS, order, say=lambda m: err.print(m, highlight=False))
+    for name, per_order in done.items():
+        for o, what in per_order.items():
+            out.print(f"{name} {o}: {what}")
+    if not no_report:
+        from skillbank.report.run_report import write_report
+        md = write_report([run_dir], run_dir)
+        err.print(f"wrote {md} and {md.with_suffix('.html')}")
+
+
+@app.command()
+@friendly_errors
 def diagnose(config: Path = typer.Option(..., help="Run configuration (TOML): stream, base, recipe, eval."),
              out_dir: Path = typer.Option(Path("runs/diagnostics"), "--out", help="Output directory (a run directory "
                                           "is fine: its report then includes the diagnostics)."),

@@ -153,10 +153,12 @@ class OutputCache:
 
 # -- evaluation of one stage -------------------------------------------------------------------------
 def evaluate_stage(method, t: int, seen: Sequence[str], stream: Stream, cache: OutputCache,
-                   say: Say | None = None, progress: bool = False, keep_predictions: bool = False) -> dict:
-    """Every variant's metrics on every seen task after stage ``t`` (and per-request predictions if asked)."""
+                   say: Say | None = None, progress: bool = False, keep_predictions: bool = False,
+                   variants: Callable[[list[Record]], dict] | None = None) -> dict:
+    """Every variant's metrics on every seen task after stage ``t`` (and per-request predictions if asked).
+    ``variants`` replaces the method's own queries (``tests -> {variant: queries}``), e.g. for a probe."""
     tests: list[Record] = [r for k in seen for r in stream.test[k]]
-    variants = method.queries(t, tests)
+    variants = method.queries(t, tests) if variants is None else variants(tests)
     flat = [q for qs in variants.values() for q in qs]
     outs = cache.get(method, flat, say, progress)
     result: dict = {"stage": t, "variants": {}}
@@ -322,19 +324,33 @@ def collect_method_order(odir: Path, order: list[str]) -> dict:
                       "eval_seconds": round(sum(eval_seconds.values()), 1)}}
     for v, d in variants.items():
         em: AccuracyMatrix = d["em"]
-        final = d["stages"][-1]["tasks"]
-        summary = {
-            "macro_em": em.macro(), "bwt": em.bwt(), "diagonal_macro_em": task_macro(em.diagonal().values()),
+        out["variants"][v] = {"em": em.to_dict(), "final": d["stages"][-1]["tasks"], "summary": _summary(em, d["stages"]),
+                              "macro_per_stage": [em.macro(s) for s in range(1, done + 1)]}
+    probe = _stage_dir(odir, done) / "address.json"
+    if done == len(order) and probe.is_file():
+        # the final checkpoint re-evaluated with the correct skill address (``skillbank reactivate``): one
+        # row, so no BWT
+        for v, e in json.loads(probe.read_text())["variants"].items():
+            if v not in out["variants"]:
+                out["variants"][v] = {"final": e["tasks"], "summary": _final_summary(e["tasks"], order), "final_only": True}
+    return out
+
+
+def _final_summary(final: dict, order: Sequence[str]) -> dict:
+    """Metrics of the last evaluation: macro over tasks of EM, tool choice and argument F1."""
+    return {"macro_em": task_macro(final[k]["graph_em"] for k in order if k in final),
             "tool_choice": task_macro(m["tool_choice"] for m in final.values()),
             "arg_f1": task_macro(m["arg_f1"] for m in final.values()),
-            "final_em": {k: final[k]["graph_em"] for k in order if k in final},
-        }
-        if "route_accuracy" in d["stages"][-1]:
-            summary["route_accuracy"] = d["stages"][-1]["route_accuracy"]
-            summary["route_per_stage"] = [s.get("route_accuracy") for s in d["stages"]]
-        out["variants"][v] = {"em": em.to_dict(), "final": final, "summary": summary,
-                              "macro_per_stage": [em.macro(s) for s in range(1, done + 1)]}
-    return out
+            "final_em": {k: final[k]["graph_em"] for k in order if k in final}}
+
+
+def _summary(em: AccuracyMatrix, stages: list[dict]) -> dict:
+    summary = {**_final_summary(stages[-1]["tasks"], em.order), "macro_em": em.macro(), "bwt": em.bwt(),
+               "diagonal_macro_em": task_macro(em.diagonal().values())}
+    if "route_accuracy" in stages[-1]:
+        summary["route_accuracy"] = stages[-1]["route_accuracy"]
+        summary["route_per_stage"] = [s.get("route_accuracy") for s in stages]
+    return summary
 
 
 def load_run(run_dir: str | Path) -> dict:

@@ -40,10 +40,16 @@ def _rows(results: Sequence[dict]) -> list[tuple[str, str, dict]]:
                 for v, vr in r["variants"].items():
                     by_variant.setdefault(v, {})[order] = vr
         rank = {v: i for i, v in enumerate(VARIANT_TITLES)}
-        # "+address" variants are diagnostics (not closed-book): drawn in the access heatmap only.
+        # "+address" variants are diagnostics (not closed-book): a delta row under their method (the paper's
+        # "w/ correct skill address") and, when probed after every stage, the access heatmap.
         for v in sorted((v for v in by_variant if not v.endswith("+address")), key=lambda v: rank.get(v, 99)):
-            rows.append((res.get("name", ""), v, by_variant[v]))
+            per_order = {o: {**vr, "address": by_variant.get(f"{v}+address", {}).get(o)} for o, vr in by_variant[v].items()}
+            rows.append((res.get("name", ""), v, per_order))
     return rows
+
+
+def _delta(probed, closed) -> str:
+    return "-" if probed is None or closed is None else f"{100 * (probed - closed):+.1f}"
 
 
 def comparison_table(results: Sequence[dict]) -> list[str]:
@@ -68,6 +74,13 @@ def comparison_table(results: Sequence[dict]) -> list[str]:
             lines.append(f"| {name} | {_pct(s['tool_choice'])} | {_pct(s['arg_f1'])} | "
                          + " | ".join(_pct(s["final_em"].get(k)) for k in keys)
                          + f" | **{_pct(s['macro_em'])}** | {100 * bwt:+.1f} |")
+            probe = per_order[order].get("address")
+            if probe is not None:
+                a = probe["summary"]
+                lines.append("| ↳ w/ correct skill address (diagnostic) | "
+                             + " | ".join(_delta(a[m], s[m]) for m in ("tool_choice", "arg_f1"))
+                             + " | " + " | ".join(_delta(a["final_em"].get(k), s["final_em"].get(k)) for k in keys)
+                             + f" | {_delta(a['macro_em'], s['macro_em'])} | - |")
         lines.append("")
     return lines
 
@@ -94,7 +107,7 @@ def _figures(results: Sequence[dict], out: Path) -> list[tuple[str, Path]]:
         for res in results:
             for method, per_order in res["methods"].items():
                 vr = per_order.get(order, {}).get("variants", {})
-                if method in vr and f"{method}+address" in vr:
+                if method in vr and "em" in vr.get(f"{method}+address", {}):  # probed after every stage
                     closed = AccuracyMatrix.from_dict(vr[method]["em"])
                     address = AccuracyMatrix.from_dict(vr[f"{method}+address"]["em"])
                     png = access_heatmap(closed, address, [labels[k] for k in closed.order],
