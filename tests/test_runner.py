@@ -304,6 +304,8 @@ def test_reactivate_probes_final_checkpoints_with_the_correct_address(tmp_path, 
     assert f"lwf {ORDER}: already probed" in again.output
     refused = CliRunner().invoke(app, ["reactivate", str(out), "--method", "base-skill"])
     assert refused.exit_code != 0 and "trains nothing" in refused.output
+    nowhere = CliRunner().invoke(app, ["reactivate", str(tmp_path / "nothing")])
+    assert nowhere.exit_code != 0 and "not a run directory" in nowhere.output
 
     rec = runner_mod.build_run_stream(tiny_config(tiny_model_dir, ["lwf"])).test["t1_daily_life"][0]
     probed = address_records([rec])[0]
