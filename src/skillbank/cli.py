@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Callable, List, Optional
@@ -510,6 +511,39 @@ def report(run_dirs: list[Path] = typer.Argument(..., help="One or more run dire
     from skillbank.report.run_report import write_report
     md = write_report(run_dirs, out_dir)
     err.print(f"wrote {md} and {md.with_suffix('.html')}")
+
+
+@app.command()
+@friendly_errors
+def progress(run_dir: Path = typer.Argument(..., help="A run directory (skillbank run --out)."),
+             config: Optional[Path] = typer.Option(None, help="The run's planned configuration (TOML): its methods "
+                                                   "and orders are listed even before a process started them."),
+             jobs: int = typer.Option(1, min=1, help="Processes running side by side (compare.sh's JOBS), to turn "
+                                                     "the remaining process time into wall time.")):
+    """Stages finished per method and order of a run, and an estimate of the time the rest will take."""
+    from rich.table import Table
+
+    from skillbank.config import RunConfig
+    from skillbank.continual.progress import run_progress
+    planned = RunConfig.from_toml(config) if config else None
+    rows = run_progress(run_dir, planned.methods if planned else None, planned.eval.orders if planned else None)
+    table = Table(title=f"{run_dir}")
+    for col in ("method", "order", "stages", "train s/stage", "eval s/task", "remaining"):
+        table.add_column(col, justify="left" if col in ("method", "order") else "right")
+    for r in rows:
+        stages = f"{r.evaluated}/{r.stages}" + (" (+1 trained)" if r.trained_pending else "")
+        left = "done" if r.done else ("?" if r.remaining_seconds is None else f"{r.remaining_seconds / 60:.0f} min")
+        table.add_row(r.method, r.order, stages,
+                      f"{statistics.median(r.train_seconds):.0f}" if r.train_seconds else "-",
+                      f"{statistics.median(r.eval_seconds_per_task):.0f}" if r.eval_seconds_per_task else "-", left)
+    out.print(table)
+    known = [r.remaining_seconds for r in rows if not r.done and r.remaining_seconds is not None]
+    unknown = sum(1 for r in rows if not r.done and r.remaining_seconds is None)
+    def span(seconds: float) -> str:
+        return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
+    out.print(f"{sum(r.done for r in rows)}/{len(rows)} method-orders finished; remaining about {span(sum(known))} of "
+              f"process time, {span(sum(known) / jobs)} at {jobs} process{'es' if jobs > 1 else ''} side by side"
+              + (f" ({unknown} not estimable yet)" if unknown else ""))
 
 
 @app.command()
