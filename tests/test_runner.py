@@ -279,7 +279,7 @@ def test_reactivate_probes_final_checkpoints_with_the_correct_address(tmp_path, 
     from skillbank.cli import app
     from skillbank.continual.reactivation import address_records
     out = tmp_path / "r"
-    run(tiny_config(tiny_model_dir, ["lwf"]), out, progress=False)
+    run(tiny_config(tiny_model_dir, ["lwf", "olora"]), out, progress=False)
     real_learn = METHODS["ewc"].learn
     monkeypatch.setattr(METHODS["ewc"], "learn",
                         lambda self, t, f, r: (_ for _ in ()).throw(KeyboardInterrupt) if t == 2 else real_learn(self, t, f, r))
@@ -287,9 +287,10 @@ def test_reactivate_probes_final_checkpoints_with_the_correct_address(tmp_path, 
         run(tiny_config(tiny_model_dir, ["ewc"]), out, progress=False)
     cached = (out / "methods" / "lwf" / "outputs.jsonl").read_text().count("\n")
 
-    res = CliRunner().invoke(app, ["reactivate", str(out), "--method", "lwf", "--method", "ewc"])
+    res = CliRunner().invoke(app, ["reactivate", str(out)])  # the paper's three: lwf, ewc, olora
     assert res.exit_code == 0, res.output
-    assert f"lwf {ORDER}: probed" in res.output and f"ewc {ORDER}: not finished: skipped" in res.output
+    assert f"lwf {ORDER}: probed" in res.output and f"olora {ORDER}: probed" in res.output
+    assert f"ewc {ORDER}: not finished: skipped" in res.output
     final = out / "methods" / "lwf" / ORDER / "stage-03"
     probe = json.loads((final / "address.json").read_text())
     assert list(probe["variants"]) == ["lwf+address"] and len(probe["variants"]["lwf+address"]["tasks"]) == 3
