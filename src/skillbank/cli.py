@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import json
-import statistics
 import sys
 from pathlib import Path
 from typing import Callable, List, Optional
@@ -534,8 +533,8 @@ def progress(run_dir: Path = typer.Argument(..., help="A run directory (skillban
         stages = f"{r.evaluated}/{r.stages}" + (" (+1 trained)" if r.trained_pending else "")
         left = "done" if r.done else ("?" if r.remaining_seconds is None else f"{r.remaining_seconds / 60:.0f} min")
         table.add_row(r.method, r.order, stages,
-                      f"{statistics.median(r.train_seconds):.0f}" if r.train_seconds else "-",
-                      f"{statistics.median(r.eval_seconds_per_task):.0f}" if r.eval_seconds_per_task else "-", left)
+                      "-" if r.train_median is None else f"{r.train_median:.0f}",
+                      "-" if r.eval_median is None else f"{r.eval_median:.0f}", left)
     out.print(table)
     known = [r.remaining_seconds for r in rows if not r.done and r.remaining_seconds is not None]
     unknown = sum(1 for r in rows if not r.done and r.remaining_seconds is None)

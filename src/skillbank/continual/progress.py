@@ -37,6 +37,18 @@ class OrderProgress:
     def done(self) -> bool:
         return self.evaluated == self.stages
 
+    @property
+    def train_median(self) -> float | None:
+        return _median(self.train_seconds)
+
+    @property
+    def eval_median(self) -> float | None:
+        return _median(self.eval_seconds_per_task)
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
 
 def _read(path: Path) -> dict:
     try:
@@ -77,11 +89,8 @@ def run_progress(run_dir: str | Path, methods: list[str] | None = None, orders: 
     orders = list(dict.fromkeys((orders or []) + cfg["eval"]["orders"]))
     rows = [_order_progress(out / "methods" / m / o, m, o, stages) for m in methods for o in orders]
 
-    def median(values):
-        return statistics.median(values) if values else None
-
-    every_train = median([s for r in rows for s in r.train_seconds])
-    every_eval = median([s for r in rows for s in r.eval_seconds_per_task])
+    every_train = _median([s for r in rows for s in r.train_seconds])
+    every_eval = _median([s for r in rows for s in r.eval_seconds_per_task])
     first_order = {}
     for r in rows:
         first_order.setdefault(r.method, r.order)
@@ -90,8 +99,8 @@ def run_progress(run_dir: str | Path, methods: list[str] | None = None, orders: 
         trains = getattr(cls, "trains", True) and not (getattr(cls, "order_independent", False)
                                                        and r.order != first_order[r.method])
         mine = [x for q in rows if q.method == r.method for x in q.train_seconds]
-        train = (median(mine) or every_train) if trains else 0.0
-        per_task = median([x for q in rows if q.method == r.method for x in q.eval_seconds_per_task]) or every_eval
+        train = (_median(mine) or every_train) if trains else 0.0
+        per_task = _median([x for q in rows if q.method == r.method for x in q.eval_seconds_per_task]) or every_eval
         if train is None or per_task is None:
             continue  # nothing measured yet to estimate from
         todo = range(r.evaluated + 1, r.stages + 1)

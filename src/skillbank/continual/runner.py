@@ -345,7 +345,7 @@ def _final_summary(final: dict, order: Sequence[str]) -> dict:
 
 
 def _summary(em: AccuracyMatrix, stages: list[dict]) -> dict:
-    summary = {**_final_summary(stages[-1]["tasks"], em.order), "macro_em": em.macro(), "bwt": em.bwt(),
+    summary = {**_final_summary(stages[-1]["tasks"], em.order), "bwt": em.bwt(),
                "diagonal_macro_em": task_macro(em.diagonal().values())}
     if "route_accuracy" in stages[-1]:
         summary["route_accuracy"] = stages[-1]["route_accuracy"]
