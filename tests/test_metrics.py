@@ -1,8 +1,8 @@
 import pytest
 
 from skillbank.graph import TaskGraph
-from skillbank.metrics import (AccuracyMatrix, aggregate, multiset_f1, route_accuracy, score_example, task_macro,
-                               taskbench_f1)
+from skillbank.metrics import (AccuracyMatrix, aggregate, failure_kind, multiset_f1, route_accuracy, score_example,
+                               task_macro, taskbench_f1)
 
 A, B, C = "S::f::a", "S::f::b", "S::f::c"
 
@@ -93,3 +93,20 @@ def test_accuracy_matrix_macro_and_bwt_hand_computed():
     assert m.get(1, "t1") is None
     assert AccuracyMatrix.from_dict(m.to_dict()).cells == m.cells
     assert task_macro([]) == 0.0
+
+
+def test_failure_kinds_separate_a_drifted_address_from_a_lost_skill():
+    assert failure_kind(GOLD, GOLD) == "correct"
+    assert failure_kind(GOLD, None) == "unparsed"
+    assert failure_kind(GOLD, g([(A, [("x", "9"), ("y", "2")]), (B, [("z", "<node-0>")])], [(A, B)])) == "arguments"
+    # the same skill names written under another family's id: the skill is known, the address is not
+    drifted = g([("S::t5::a", [("x", "1"), ("y", "2")]), ("S::t5::b", [("z", "<node-0>")])], [("S::t5::a", "S::t5::b")])
+    assert failure_kind(GOLD, drifted) == "address"
+    assert failure_kind(GOLD, g([("S::t5::q", [("x", "1")])])) == "other_family"
+    assert failure_kind(GOLD, g([(A, [("x", "1")]), ("S::t5::q", [])])) == "other_family"
+    assert failure_kind(GOLD, g([("S::t5::q", [("x", "1")])]), newest_family="t5") == "newest_family"
+    assert failure_kind(GOLD, g([("S::t5::q", [("x", "1")])]), newest_family="t4") == "other_family"
+    assert failure_kind(GOLD, drifted, newest_family="t5") == "address"  # names kept: the address drifted
+    assert failure_kind(GOLD, GOLD, newest_family="f") == "correct"
+    assert failure_kind(GOLD, g([(C, [("x", "1")])])) == "wrong_skill"
+    assert failure_kind(GOLD, g([(A, [("x", "1"), ("y", "2")])])) == "wrong_skill"  # a node missing

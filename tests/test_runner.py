@@ -62,7 +62,12 @@ def test_every_method_runs_and_fills_the_lower_triangle(tmp_path, tiny_model_dir
     assert record["methods"]["base-skill"][ORDER]["timing"]["train_seconds"] == 0
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html and "Progressive-LoRA" in html and "<table>" in html
-    assert "| Sequential SFT |" in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "| Sequential SFT |" in md
+    # every method's final predictions were re-read and classified (rows now carry the parsed graph)
+    assert "## Why requests fail" in md and "Not analysed" not in md
+    row = json.loads((out / "methods" / "sft" / ORDER / "predictions.jsonl").read_text().splitlines()[0])
+    assert "graph" in row
     # the FSM bank is a real bank
     from skillbank.memory.bank import bank_info
     assert len(bank_info(out / "methods" / "fsm" / "bank")["shards"]) == 3

@@ -11,6 +11,11 @@ prediction scores 0 on every metric, never raises):
 * **edge_exact** - the set of canonical links is identical. Not a success measure on its own: a
   single-node gold graph has no links, so any link-free prediction is edge-exact.
 
+Why a prediction misses (:func:`failure_kind`, one kind per example, for the report's failure analysis):
+exact; right skill ids but wrong arguments or links; the right skill *names* under another family's id
+(``S::t5::book_flight`` for ``S::t1::book_flight``: the skill survived, its address did not); skills of
+the newest family (given which it is); skills of another family; wrong skills of the request's own family; unparsable output.
+
 Aggregates are means over examples (reported as fractions; reports multiply by 100).
 
 TaskBench comparability (:func:`taskbench_f1`): TaskBench's ``evaluate.py`` reports "node micro F1
@@ -80,6 +85,52 @@ def score_example(gold: TaskGraph, pred: TaskGraph | None) -> ExampleScore:
         edge_exact=float(set(g.links) == set(p.links)),
         valid=1.0,
     )
+
+
+# Why a prediction misses, first matching kind wins. "address" separates a skill that is still known
+# but written under another family's id (the address drifted) from a skill that is gone.
+FAILURE_KINDS = ("correct", "arguments", "address", "newest_family", "other_family", "wrong_skill", "unparsed")
+FAILURE_TITLES = {
+    "correct": "exact",
+    "arguments": "right skills, wrong arguments or links",
+    "address": "right skill names under another family's id",
+    "newest_family": "the newest family's skills",
+    "other_family": "another family's skills",
+    "wrong_skill": "wrong skills of the request's family",
+    "unparsed": "unparsable output",
+}
+
+
+def _family(skill_id: str) -> str:
+    """The family part of ``<Source>::<family>::<name>`` ('' for an id without one)."""
+    parts = skill_id.split("::")
+    return parts[-2] if len(parts) >= 2 else ""
+
+
+def _name(skill_id: str) -> str:
+    return skill_id.split("::")[-1]
+
+
+def failure_kind(gold: TaskGraph, pred: TaskGraph | None, newest_family: str | None = None) -> str:
+    """One of :data:`FAILURE_KINDS` for a prediction (see ``FAILURE_TITLES``), checked in that order.
+    ``newest_family`` (the family learned last) separates intrusions of the most recent skills, the usual
+    face of forgetting, from other families' skills; without it those count as ``other_family``."""
+    if pred is None:
+        return "unparsed"
+    g, p = gold.canonical(), pred.canonical()
+    if g == p:
+        return "correct"
+    if Counter(g.tasks) == Counter(p.tasks):
+        return "arguments"
+    if Counter(map(_name, g.tasks)) == Counter(map(_name, p.tasks)):
+        return "address"
+    gold_families = {_family(t) for t in g.tasks}
+    if newest_family is not None and newest_family not in gold_families \
+            and any(_family(t) == newest_family for t in p.tasks):
+        return "newest_family"
+    if any(_family(t) not in gold_families for t in p.tasks):
+        return "other_family"
+    return "wrong_skill"
 
 
 def aggregate(scores: Sequence[ExampleScore]) -> dict[str, float]:

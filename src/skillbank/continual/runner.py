@@ -12,7 +12,7 @@ On disk (``RUN_DIR``)::
     methods/<method>/<order>/stage-NN/state/       the method's state after stage NN (last one kept)
     methods/<method>/<order>/stage-NN/train.json   that stage's training summary
     methods/<method>/<order>/stage-NN/eval.json    that stage's evaluation: the stage is finished
-    methods/<method>/<order>/predictions.jsonl     per-request outputs at the final prefix
+    methods/<method>/<order>/predictions.jsonl     per-request outputs (text, parsed graph) at the final prefix
     results.json, report.md, report.html, *.png
 
 Resume: a rerun finds the last finished stage of each method and order, loads its state and continues.
@@ -184,6 +184,7 @@ def evaluate_stage(method, t: int, seen: Sequence[str], stream: Stream, cache: O
             for r, q, o, p, s in zip(tests, qs, mine, parsed, scores):
                 predictions.append({"variant": variant, "id": r.id, "family": r.family, "route": q.route,
                                     "state": q.state, "output": o["text"], "em": s.graph_em, "error": p.error,
+                                    "graph": p.graph.canonical().to_dict() if p.graph is not None else None,
                                     "mean_logprob": o["mean_logprob"]})
     if keep_predictions:
         result["predictions"] = predictions

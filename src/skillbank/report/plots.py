@@ -1,4 +1,4 @@
-"""Figures people would rather see than read: accuracy-matrix heatmaps and per-stage trajectories."""
+"""Figures people would rather see than read: accuracy-matrix heatmaps, per-stage trajectories, failure kinds."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -138,5 +138,30 @@ def access_heatmap(closed: AccuracyMatrix, address: AccuracyMatrix, labels: Sequ
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+# exact, wrong arguments, drifted address, newest family, another family, wrong own-family skill, unparsable
+FAILURE_COLORS = ("#2e7d32", "#9ccc65", "#ffb300", "#e53935", "#f48fb1", "#8e24aa", "#9e9e9e")
+
+
+def failure_bars(shares: dict[str, Sequence[float]], kinds: Sequence[str], path: str | Path, title: str) -> Path:
+    """One horizontal bar per method, split into the shares (fractions summing to 1) of each kind."""
+    fig, ax = plt.subplots(figsize=(10.0, 0.45 * len(shares) + 1.6), dpi=120)
+    names = list(shares)
+    left = np.zeros(len(names))
+    for i, kind in enumerate(kinds):
+        values = np.array([100 * shares[n][i] for n in names])
+        ax.barh(names, values, left=left, color=FAILURE_COLORS[i % len(FAILURE_COLORS)], label=kind)
+        left += values
+    ax.invert_yaxis()  # first method on top, as in the tables
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of requests (%)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path

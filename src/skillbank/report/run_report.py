@@ -1,7 +1,7 @@
 """The report of one or more runs: ``results.json`` -> ``report.md`` + a self-contained ``report.html``.
 
 Sections: the main comparison table (per order: tool choice, argument F1, per-task final EM, task-macro
-EM, BWT), one accuracy-matrix heatmap per method variant and order, per-stage trajectories of macro EM,
+EM, BWT), the paper's findings checked, why final predictions fail, one accuracy-matrix heatmap per method variant and order, per-stage trajectories of macro EM,
 training cost, and any extra sections a run carries (selectors, diagnostics) when their files exist.
 The HTML page embeds its figures (base64), so it can be mailed or attached as one file.
 """
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from skillbank.metrics import AccuracyMatrix
+from skillbank.report.failures import failures_markdown
 from skillbank.report.findings import findings_markdown
 from skillbank.report.plots import access_heatmap, matrix_heatmap, trajectories
 
@@ -217,6 +218,7 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     lines += comparison_table(results)
     lines += _route_lines(results)
     lines += findings_markdown(results)
+    lines += failures_markdown(dirs, out, VARIANT_TITLES)
     lines += ["## Training and evaluation cost", ""] + _training_table(results) + _compute_lines(results)
     figs = _figures(results, out)
     lines += ["## Figures", ""]
