@@ -89,7 +89,6 @@ def score_example(gold: TaskGraph, pred: TaskGraph | None) -> ExampleScore:
 
 # Why a prediction misses, first matching kind wins. "address" separates a skill that is still known
 # but written under another family's id (the address drifted) from a skill that is gone.
-FAILURE_KINDS = ("correct", "arguments", "address", "newest_family", "other_family", "wrong_skill", "unparsed")
 FAILURE_TITLES = {
     "correct": "exact",
     "arguments": "right skills, wrong arguments or links",
@@ -99,6 +98,7 @@ FAILURE_TITLES = {
     "wrong_skill": "wrong skills of the request's family",
     "unparsed": "unparsable output",
 }
+FAILURE_KINDS = tuple(FAILURE_TITLES)
 
 
 def _family(skill_id: str) -> str:
