@@ -73,15 +73,26 @@ def test_a_row_that_does_not_reproduce_its_em_is_refused_with_file_and_line(fake
     row["em"] = 1.0  # the drifted graph is not an exact match
     lines[1] = json.dumps(row)
     path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(SkillbankError, match=r"predictions.jsonl, line 2: .*recorded EM"):
+    with pytest.raises(SkillbankError, match=r"predictions.jsonl:2: .*recorded EM"):
         count_failures(run_dir)
     # the report says why the section is missing instead of failing or printing an empty table
     md = "\n".join(failures_markdown([run_dir], run_dir, VARIANT_TITLES))
-    assert "Not analysed for" in md and "line 2" in md
+    assert "Not analysed for" in md and "predictions.jsonl:2:" in md
 
 
 def test_a_request_outside_the_stream_is_refused(fake_run):
     run_dir, path = fake_run
     path.write_text(path.read_text().replace('"id": "builtin-', '"id": "other-', 1))
-    with pytest.raises(SkillbankError, match="line 1: request 'other-.*not in the run's stream"):
+    with pytest.raises(SkillbankError, match="jsonl:1: request 'other-.*not in the run's stream"):
+        count_failures(run_dir)
+
+
+@pytest.mark.parametrize("bad, reason", [("{not json", "malformed JSON"),
+                                         ('{"variant": "sft", "id": "x"}', "not a prediction row"),
+                                         ('{"variant": "sft", "id": "x", "em": 0, "graph": {"task_nodes": []}}',
+                                          "not a prediction row")])
+def test_a_malformed_row_names_its_file_and_line(fake_run, bad, reason):
+    run_dir, path = fake_run
+    path.write_text(path.read_text() + bad + "\n")
+    with pytest.raises(SkillbankError, match=f"predictions.jsonl:7: .*{reason}"):
         count_failures(run_dir)

@@ -108,5 +108,10 @@ def test_failure_kinds_separate_a_drifted_address_from_a_lost_skill():
     assert failure_kind(GOLD, g([("S::t5::q", [("x", "1")])]), newest_family="t4") == "other_family"
     assert failure_kind(GOLD, drifted, newest_family="t5") == "address"  # names kept: the address drifted
     assert failure_kind(GOLD, GOLD, newest_family="f") == "correct"
+    # ids outside the <Source>::<family>::<name> pattern are placed by the catalog's families
+    plain_gold = g([("a", [("x", "1")])])
+    assert failure_kind(plain_gold, g([("q", [("x", "1")])]), newest_family="new",
+                        families={"a": "old", "q": "new"}) == "newest_family"
+    assert failure_kind(plain_gold, g([("b", [("x", "1")])]), families={"a": "old", "b": "old"}) == "wrong_skill"
     assert failure_kind(GOLD, g([(C, [("x", "1")])])) == "wrong_skill"
     assert failure_kind(GOLD, g([(A, [("x", "1"), ("y", "2")])])) == "wrong_skill"  # a node missing

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from skillbank.graph import TaskGraph
 
@@ -101,7 +101,7 @@ FAILURE_TITLES = {
 FAILURE_KINDS = tuple(FAILURE_TITLES)
 
 
-def _family(skill_id: str) -> str:
+def _id_family(skill_id: str) -> str:
     """The family part of ``<Source>::<family>::<name>`` ('' for an id without one)."""
     parts = skill_id.split("::")
     return parts[-2] if len(parts) >= 2 else ""
@@ -111,10 +111,15 @@ def _name(skill_id: str) -> str:
     return skill_id.split("::")[-1]
 
 
-def failure_kind(gold: TaskGraph, pred: TaskGraph | None, newest_family: str | None = None) -> str:
+def failure_kind(gold: TaskGraph, pred: TaskGraph | None, newest_family: str | None = None,
+                 families: Mapping[str, str] | None = None) -> str:
     """One of :data:`FAILURE_KINDS` for a prediction (see ``FAILURE_TITLES``), checked in that order.
-    ``newest_family`` (the family learned last) separates intrusions of the most recent skills, the usual
-    face of forgetting, from other families' skills; without it those count as ``other_family``."""
+
+    newest_family: the family learned last; separates intrusions of the most recent skills, the usual
+        face of forgetting, from other families' skills (without it those count as ``other_family``).
+    families: skill id -> family key from the catalog; an id it does not know (an invented skill) is
+        placed by its ``<Source>::<family>::`` part.
+    """
     if pred is None:
         return "unparsed"
     g, p = gold.canonical(), pred.canonical()
@@ -124,11 +129,16 @@ def failure_kind(gold: TaskGraph, pred: TaskGraph | None, newest_family: str | N
         return "arguments"
     if Counter(map(_name, g.tasks)) == Counter(map(_name, p.tasks)):
         return "address"
-    gold_families = {_family(t) for t in g.tasks}
+    known = families or {}
+
+    def family(skill_id: str) -> str:
+        return known.get(skill_id) or _id_family(skill_id)
+
+    gold_families = {family(t) for t in g.tasks}
     if newest_family is not None and newest_family not in gold_families \
-            and any(_family(t) == newest_family for t in p.tasks):
+            and any(family(t) == newest_family for t in p.tasks):
         return "newest_family"
-    if any(_family(t) not in gold_families for t in p.tasks):
+    if any(family(t) not in gold_families for t in p.tasks):
         return "other_family"
     return "wrong_skill"
 

@@ -21,7 +21,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
-from skillbank.errors import SkillbankError
+from skillbank.data.records import iter_jsonl
+from skillbank.errors import GraphError, SkillbankError
 from skillbank.metrics import FAILURE_KINDS, FAILURE_TITLES, failure_kind, score_example
 
 GROUPS = ("earlier", "last")
@@ -53,25 +54,28 @@ def count_failures(run_dir: str | Path) -> dict[str, dict[str, dict[str, Counter
     stream_prefix = common_prefix(sorted(stream.catalog.skills))
     family_prefixes = {f.key: common_prefix(sorted(f.skills)) for f in stream.catalog.families}
     counts: dict[str, dict[str, dict[str, Counter]]] = {}
+    families = {sid: f.key for f in stream.catalog.families for sid in f.skills}
     for path in sorted((out / "methods").glob("*/*/predictions.jsonl")):
         order = json.loads((path.parent / "stage-01" / "eval.json").read_text())["order"]
         per_variant = counts.setdefault(path.parent.name, {})
-        with open(path) as fh:
-            for n, line in enumerate(fh, start=1):
-                row = json.loads(line)
-                if row["variant"].endswith("+address"):
-                    continue  # a diagnostic with the answer's address in the prompt, not closed-book
-                where = f"{path}, line {n}"
-                record = gold.get(row["id"])
-                if record is None:
-                    raise SkillbankError(f"{where}: request {row['id']!r} is not in the run's stream")
+        for n, row in iter_jsonl(path):
+            where = f"{path}:{n}"
+            try:
+                variant, request_id, em = row["variant"], row["id"], row["em"]
                 pred = _prediction_graph(row, fmt, stream_prefix, family_prefixes)
-                if score_example(record.graph, pred).graph_em != row["em"]:
-                    raise SkillbankError(f"{where}: the output re-read as a graph does not reproduce the recorded "
-                                         f"EM {row['em']}; the failure analysis cannot classify it")
-                group = "last" if record.family == order[-1] else "earlier"
-                per_variant.setdefault(row["variant"], {g: Counter() for g in GROUPS})[group][
-                    failure_kind(record.graph, pred, newest_family=order[-1])] += 1
+            except (KeyError, TypeError, GraphError) as exc:
+                raise SkillbankError(f"{where}: not a prediction row ({type(exc).__name__}: {exc})") from None
+            if variant.endswith("+address"):
+                continue  # a diagnostic with the answer's address in the prompt, not closed-book
+            record = gold.get(request_id)
+            if record is None:
+                raise SkillbankError(f"{where}: request {request_id!r} is not in the run's stream")
+            if score_example(record.graph, pred).graph_em != em:
+                raise SkillbankError(f"{where}: the output re-read as a graph does not reproduce the recorded "
+                                     f"EM {em}; the failure analysis cannot classify it")
+            group = "last" if record.family == order[-1] else "earlier"
+            per_variant.setdefault(variant, {g: Counter() for g in GROUPS})[group][
+                failure_kind(record.graph, pred, newest_family=order[-1], families=families)] += 1
     return counts
 
 
