@@ -14,7 +14,8 @@ prediction scores 0 on every metric, never raises):
 Why a prediction misses (:func:`failure_kind`, one kind per example, for the report's failure analysis):
 exact; right skill ids but wrong arguments or links; the right skill *names* under another family's id
 (``S::t5::book_flight`` for ``S::t1::book_flight``: the skill survived, its address did not); skills of
-the newest family (given which it is); skills of another family; wrong skills of the request's own family; unparsable output.
+the newest family (given which it is); skills of another family; wrong skills of the request's own
+family; unparsable output.
 
 Aggregates are means over examples (reported as fractions; reports multiply by 100).
 

@@ -4,9 +4,9 @@ The comparison table says how much a method forgot; this section says what the f
 Each prediction in ``methods/<method>/<order>/predictions.jsonl`` (the final stage's outputs) is compared
 with its gold graph and given one kind of :func:`skillbank.metrics.failure_kind`: exact, wrong arguments,
 the right skill names under another family's id (the skill survived, its address drifted), the newest
-family's skills (the last family learned answering for the older ones), another family's skills, wrong skills of the request's own family, or unparsable. Earlier families (learned
-before the last stage) and the last family are counted apart: the first is forgetting, the second
-acquisition.
+family's skills (the last family learned answering for the older ones), another family's skills, wrong
+skills of the request's own family, or unparsable. Earlier families (learned before the last stage) and
+the last family are counted apart: the first is forgetting, the second acquisition.
 
 The gold graphs come from rebuilding the run's stream from its ``config.json``. Prediction rows written
 before the runner stored the parsed graph are decoded again with the method's target format and prefix
@@ -16,13 +16,13 @@ counted.
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
 from skillbank.data.records import iter_jsonl
 from skillbank.errors import GraphError, SkillbankError
+from skillbank.jsonfile import read_json
 from skillbank.metrics import FAILURE_KINDS, FAILURE_TITLES, failure_kind, score_example
 
 GROUPS = ("earlier", "last")
@@ -47,7 +47,7 @@ def count_failures(run_dir: str | Path) -> dict[str, dict[str, dict[str, Counter
     from skillbank.train.executor import common_prefix
 
     out = Path(run_dir)
-    cfg = RunConfig.from_dict(json.loads((out / "config.json").read_text()))
+    cfg = RunConfig.from_dict(read_json(out / "config.json", SkillbankError))
     stream = build_run_stream(cfg)
     fmt = cfg.train_config().target_format
     gold = {r.id: r for recs in stream.test.values() for r in recs}
@@ -56,7 +56,9 @@ def count_failures(run_dir: str | Path) -> dict[str, dict[str, dict[str, Counter
     counts: dict[str, dict[str, dict[str, Counter]]] = {}
     families = {sid: f.key for f in stream.catalog.families for sid in f.skills}
     for path in sorted((out / "methods").glob("*/*/predictions.jsonl")):
-        order = json.loads((path.parent / "stage-01" / "eval.json").read_text())["order"]
+        order = read_json(path.parent / "stage-01" / "eval.json", SkillbankError).get("order")
+        if not order:
+            raise SkillbankError(f"{path.parent / 'stage-01' / 'eval.json'}: no task order")
         per_variant = counts.setdefault(path.parent.name, {})
         for n, row in iter_jsonl(path):
             where = f"{path}:{n}"
@@ -101,20 +103,20 @@ def failures_markdown(run_dirs: Sequence[Path], out: Path, titles: dict[str, str
              "Every final closed-book prediction, sorted into one failure kind (first match in this order). "
              "\"Right skill names under another family's id\" means the skill is still executed but written "
              "under a wrong address: forgetting of the address, not of the skill.", ""]
+    rank = {v: i for i, v in enumerate(titles)}  # the comparison table's row order
     for run_dir in run_dirs:
         try:
             by_order = count_failures(run_dir)
-        except (SkillbankError, OSError, KeyError, json.JSONDecodeError) as exc:
+        except SkillbankError as exc:
             lines += [f"Not analysed for `{run_dir}`: {exc}", ""]
             continue
         for order in sorted(by_order):
-            rows = {v: c for v, c in sorted(by_order[order].items(), key=lambda kv: list(titles).index(kv[0])
-                                                if kv[0] in titles else 99)}
+            rows = dict(sorted(by_order[order].items(), key=lambda kv: rank.get(kv[0], len(rank))))
             if not rows:
                 continue
             tag = f"{Path(run_dir).name}_" if len(run_dirs) > 1 else ""
-            png = failure_bars({titles.get(v, v): [c["earlier"][k] / sum(c["earlier"].values()) for k in FAILURE_KINDS]
-                                for v, c in rows.items() if sum(c["earlier"].values())},
+            earlier = {titles.get(v, v): c["earlier"] for v, c in rows.items() if c["earlier"]}
+            png = failure_bars({name: [c[k] / c.total() for k in FAILURE_KINDS] for name, c in earlier.items()},
                                [FAILURE_TITLES[k] for k in FAILURE_KINDS], out / f"failures_{tag}{order}.png",
                                f"Earlier families' requests after the last stage, order {order}")
             lines += [f"### Order {order}: earlier families (forgetting)", ""] + failure_table(rows, "earlier", titles)

@@ -1,8 +1,8 @@
 """The report of one or more runs: ``results.json`` -> ``report.md`` + a self-contained ``report.html``.
 
 Sections: the main comparison table (per order: tool choice, argument F1, per-task final EM, task-macro
-EM, BWT), the paper's findings checked, why final predictions fail, one accuracy-matrix heatmap per method variant and order, per-stage trajectories of macro EM,
-training cost, and any extra sections a run carries (selectors, diagnostics) when their files exist.
+EM, BWT), the paper's findings checked, why final predictions fail, one accuracy-matrix heatmap per
+method variant and order, per-stage trajectories of macro EM, training cost, and any extra sections a run carries (selectors, diagnostics) when their files exist.
 The HTML page embeds its figures (base64), so it can be mailed or attached as one file.
 """
 from __future__ import annotations
