@@ -49,6 +49,10 @@ def test_catalog_is_a_partition_of_100_skills_in_five_families():
             name = sid.rsplit("::", 1)[1]
             assert re.fullmatch(r"[a-z][a-z0-9_]*", name) and len(name) <= 20, sid
             assert catalog.skills[sid].arguments, f"{sid} has no arguments"
+            assert catalog.family_map[sid] == fam.key
+    assert len(catalog.family_map) == 100
+    with pytest.raises(TypeError):  # a view, so a caller cannot re-file a skill behind the catalog's back
+        catalog.family_map["Builtin::T1::x"] = "T2"
     # a round trip through JSON keeps the partition
     assert Catalog.from_dict(catalog.to_dict()).to_dict() == catalog.to_dict()
 

@@ -10,7 +10,8 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable
+from types import MappingProxyType
+from typing import Iterable, Mapping
 
 from skillbank.errors import CatalogError
 from skillbank.jsonfile import read_json
@@ -102,6 +103,11 @@ class Catalog:
             return self._family_of[skill]
         except KeyError:
             raise CatalogError(f"unknown skill {skill!r}") from None
+
+    @property
+    def family_map(self) -> Mapping[str, str]:
+        """Skill id -> family key for every skill, read-only (callers that classify many ids at once)."""
+        return MappingProxyType(self._family_of)
 
     def family(self, key: str) -> Family:
         for f in self.families:

@@ -54,7 +54,7 @@ def count_failures(run_dir: str | Path) -> dict[str, dict[str, dict[str, Counter
     stream_prefix = common_prefix(sorted(stream.catalog.skills))
     family_prefixes = {f.key: common_prefix(sorted(f.skills)) for f in stream.catalog.families}
     counts: dict[str, dict[str, dict[str, Counter]]] = {}
-    families = {sid: f.key for f in stream.catalog.families for sid in f.skills}
+    families = stream.catalog.family_map
     for path in sorted((out / "methods").glob("*/*/predictions.jsonl")):
         order = read_json(path.parent / "stage-01" / "eval.json", SkillbankError).get("order")
         if not order:
