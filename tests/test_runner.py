@@ -9,6 +9,7 @@ from skillbank.continual import runner as runner_mod
 from skillbank.continual.methods import METHODS
 from skillbank.continual.runner import run
 from skillbank.metrics import AccuracyMatrix
+from skillbank.report.run_report import busy_seconds
 
 ORDER = "T1,T2,T3"  # three stages keep the tests quick
 
@@ -96,6 +97,17 @@ def test_resume_after_a_kill_ends_with_identical_results(tmp_path, tiny_model_di
     resumed = run(cfg, tmp_path / "resumed", say=messages.append, progress=False)
     assert any("resuming after stage 2" in m for m in messages)
     assert _results_without_timing(resumed) == _results_without_timing(clean)
+    # the wall time counts both sittings' stages, not only the process that finished the run
+    spans = resumed["methods"][method][ORDER]["timing"]["stage_spans"]
+    assert len(spans) == 3 and all(s["source"] == "recorded" and s["start"] <= s["end"] for s in spans)
+    assert spans[0]["end"] <= spans[1]["end"] <= spans[2]["end"]
+    assert "Wall time tiny: " in (tmp_path / "resumed" / "report.md").read_text()
+
+
+def test_busy_seconds_is_the_union_of_stage_spans():
+    assert busy_seconds([]) == 0
+    assert busy_seconds([(0, 10), (5, 15), (20, 30)]) == 25  # overlap counted once, the gap not at all
+    assert busy_seconds([(0, 100), (10, 20), (30, 40)]) == 100  # nested spans add nothing
 
 
 def test_a_kill_during_evaluation_reuses_the_saved_state(tmp_path, tiny_model_dir, monkeypatch):

@@ -264,6 +264,7 @@ def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrain
                 seen = order[:t]
                 ev = evaluate_stage(method, t, seen, stream, cache, say, rc.progress, keep_predictions=t == len(order))
                 ev["eval_seconds"] = round(time.perf_counter() - t_eval, 2)
+                ev["finished_at"] = round(time.time(), 1)  # with the two durations: when this stage ran
                 ev["order"] = order
                 preds = ev.pop("predictions", None)
                 if preds is not None:
@@ -305,7 +306,7 @@ def collect_method_order(odir: Path, order: list[str]) -> dict:
     """Rebuild one method-order result from its stage files (so a resumed or stopped run reports what it
     finished). ``complete`` is False when fewer than all stages were evaluated."""
     variants: dict[str, dict] = {}
-    training, eval_seconds = {}, {}
+    training, eval_seconds, spans = {}, {}, []
     done = 0
     while done < len(order) and (_stage_dir(odir, done + 1) / "eval.json").is_file():
         done += 1
@@ -315,6 +316,7 @@ def collect_method_order(odir: Path, order: list[str]) -> dict:
         tr = json.loads((sdir / "train.json").read_text()) if (sdir / "train.json").is_file() else {}
         training[order[t - 1]] = tr
         eval_seconds[t] = ev.get("eval_seconds", 0.0)
+        spans.append(_stage_span(sdir, ev, tr))
         for v, e in ev["variants"].items():
             d = variants.setdefault(v, {"em": AccuracyMatrix(order), "stages": []})
             for k, m in e["tasks"].items():
@@ -322,7 +324,7 @@ def collect_method_order(odir: Path, order: list[str]) -> dict:
             d["stages"].append(e)
     out = {"order": order, "variants": {}, "training": training, "stages_done": done, "complete": done == len(order),
            "timing": {"train_seconds": round(sum(float(s.get("wall_seconds", 0) or 0) for s in training.values()), 1),
-                      "eval_seconds": round(sum(eval_seconds.values()), 1)}}
+                      "eval_seconds": round(sum(eval_seconds.values()), 1), "stage_spans": spans}}
     for v, d in variants.items():
         em: AccuracyMatrix = d["em"]
         out["variants"][v] = {"em": em.to_dict(), "final": d["stages"][-1]["tasks"], "summary": _summary(em, d["stages"]),
@@ -335,6 +337,18 @@ def collect_method_order(odir: Path, order: list[str]) -> dict:
             if v not in out["variants"]:
                 out["variants"][v] = {"final": e["tasks"], "summary": _final_summary(e["tasks"], order), "final_only": True}
     return out
+
+
+def _stage_span(sdir: Path, ev: dict, tr: dict) -> dict:
+    """When a stage ran: its recorded end (or, for stages written before ends were recorded, eval.json's
+    modification time) minus its training and evaluation time. Approximate for FSM's stages trained ahead in
+    parallel workers, whose training happened before, not right before, their evaluation."""
+    end = ev.get("finished_at")
+    source = "recorded"
+    if end is None:
+        end, source = (sdir / "eval.json").stat().st_mtime, "file time"
+    busy = float(tr.get("wall_seconds", 0) or 0) + float(ev.get("eval_seconds", 0) or 0)
+    return {"start": round(end - busy, 1), "end": round(end, 1), "source": source}
 
 
 def _final_summary(final: dict, order: Sequence[str]) -> dict:
@@ -370,7 +384,6 @@ def load_run(run_dir: str | Path) -> dict:
     except json.JSONDecodeError as exc:
         raise SkillbankError(f"{out}: a run file is not valid JSON ({exc})") from None
     record["timing"] = prior.get("timing", {"wall_seconds": 0.0})
-    record["process_wall_seconds"] = prior.get("process_wall_seconds", {})
     methods: dict[str, dict] = {}
     root = out / "methods"
     for mdir in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
@@ -479,9 +492,6 @@ def run(cfg: RunConfig, out_dir: str | Path, *, say: Say | None = None, progress
                 merged[name] = {**merged.get(name, {}), **per_order}
             record["methods"] = merged
             record["config"] = json.loads((out / "config.json").read_text())
-            walls = dict(prior.get("process_wall_seconds", {}))
-            walls[",".join(f"{m}:{o}" for m in methods for o in methods[m])] = record["timing"]["wall_seconds"]
-            record["process_wall_seconds"] = walls
             _write_json(out / "results.json", record)
             if report:
                 write_report([out], out)

@@ -166,15 +166,34 @@ def _route_lines(results: Sequence[dict]) -> list[str]:
     return lines + ([""] if lines else [])
 
 
+def busy_seconds(spans: Sequence[tuple[float, float]]) -> float:
+    """Length of the union of time intervals: wall time during which at least one of them was running."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
 def _wall_line(results: Sequence[dict]) -> str:
+    """Wall time from the stage files, which every process writes as it goes: right for a run spread over
+    several processes and resumed over several sittings, where no single process saw the whole of it."""
     parts = []
     for r in results:
-        walls = r.get("process_wall_seconds") or {"": r["timing"]["wall_seconds"]}
-        if len(walls) > 1:
-            parts.append(f"{r.get('name', '')}: {len(walls)} processes, the longest {max(walls.values()) / 60:.1f} min")
-        else:
-            parts.append(f"{r.get('name', '')}: {next(iter(walls.values())) / 60:.1f} min")
-    return "Wall time " + "; ".join(parts) + "."
+        spans = [s for m in r["methods"].values() for po in m.values() for s in po["timing"].get("stage_spans", [])]
+        if not spans:
+            continue
+        busy = busy_seconds([(s["start"], s["end"]) for s in spans])
+        process = sum(s["end"] - s["start"] for s in spans)
+        first, last = min(s["start"] for s in spans), max(s["end"] for s in spans)
+        text = (f"{r.get('name', '')}: {busy / 3600:.2f} h with at least one stage training or evaluating "
+                f"({process / 3600:.2f} h of process time; first stage start to last stage end "
+                f"{(last - first) / 3600:.2f} h")
+        if any(s["source"] != "recorded" for s in spans):
+            text += "; some stage end times are file modification times"
+        parts.append(text + ")")
+    return ("Wall time " + "; ".join(parts) + ".") if parts else ""
 
 
 def extra_sections(run_dir: Path) -> list[str]:
