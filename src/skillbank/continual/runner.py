@@ -379,11 +379,9 @@ def load_run(run_dir: str | Path) -> dict:
         raise SkillbankError(f"{out} is not a run directory (no run.json; start one with `skillbank run`)")
     try:
         record = json.loads(meta_path.read_text())
-        prior = json.loads((out / "results.json").read_text()) if (out / "results.json").is_file() else {}
         record["config"] = json.loads((out / "config.json").read_text())
     except json.JSONDecodeError as exc:
         raise SkillbankError(f"{out}: a run file is not valid JSON ({exc})") from None
-    record["timing"] = prior.get("timing", {"wall_seconds": 0.0})
     methods: dict[str, dict] = {}
     root = out / "methods"
     for mdir in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
