@@ -221,6 +221,8 @@ def selectors_cmd(
     max_new_tokens: int = typer.Option(256, help="Generation cap (outputs cached under another cap are not reused)."),
     batch_size: int = typer.Option(16, help="Requests generated / scored together."),
     as_json: bool = typer.Option(False, "--json", help="Print selectors.json on stdout."),
+    constrain: bool = typer.Option(True, "--constrain/--no-constrain",
+                                   help="Decode with each shard's grammar (only its skills and arguments)."),
 ):
     """Every selector over one frozen bank: route accuracy and EM after every prefix; resumable (outputs.jsonl).
 
@@ -235,7 +237,7 @@ def selectors_cmd(
     sb = SkillBank.open(bank)
     record = evaluate_selectors(sb, stream, orders, kinds or ALL_SELECTORS, out_dir=out_dir, batch_size=batch_size,
                                 max_new_tokens=max_new_tokens, test_per_family=test_per_family,
-                                say=lambda m: err.print(m, highlight=False))
+                                say=lambda m: err.print(m, highlight=False), constrain=constrain)
     if as_json:
         print(json.dumps(record, indent=1))
         return
@@ -324,6 +326,10 @@ def plan(
     shard: Optional[str] = typer.Option(None, help="Force this shard instead of routing."),
     max_new_tokens: int = typer.Option(768, help="Generation cap."),
     batch_size: int = typer.Option(8, help="Requests generated together."),
+    constrain: bool = typer.Option(True, "--constrain/--no-constrain",
+                                   help="Decode with each shard's grammar (only its skills and arguments)."),
+    copy_values: bool = typer.Option(False, "--copy-values",
+                                     help="Literal argument values must be substrings of the request."),
 ):
     """Plan requests: route each to one shard, generate its task graph; prints one JSON object per request."""
     from skillbank.data.records import iter_jsonl
@@ -340,7 +346,8 @@ def plan(
             ids.append(obj.get("id", lineno))
             requests.append(obj["request"])
     sb = SkillBank.open(bank)
-    for rid, p in zip(ids, sb.plan(requests, shard=shard, batch_size=batch_size, max_new_tokens=max_new_tokens)):
+    for rid, p in zip(ids, sb.plan(requests, shard=shard, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                                      constrain=constrain, copy_values=copy_values)):
         d = p.to_dict()
         if rid is not None:
             d = {"id": rid, **d}
@@ -391,6 +398,8 @@ def serve(
     threads: Optional[int] = typer.Option(None, help="Torch threads of the served model (default: cores - 1, max 8)."),
     learn_threads: Optional[int] = typer.Option(None, help="Torch threads of a background learn job."),
     log_level: str = typer.Option("info", help="uvicorn log level."),
+    constrain: bool = typer.Option(True, "--constrain/--no-constrain",
+                                   help="Decode with each shard's grammar (only its skills and arguments)."),
 ):
     """Serve a bank over HTTP: /v1/plan, /v1/chat/completions (OpenAI), /v1/models, /metrics, a playground at /.
 
@@ -407,7 +416,7 @@ def serve(
     from skillbank.serve.config import ServeConfig
     try:
         cfg = ServeConfig.from_env(host=host, port=port, batching=not no_batching, batch_window_ms=batch_window_ms,
-                                   reuse_prefixes=not no_prefix_reuse,
+                                   reuse_prefixes=not no_prefix_reuse, constrain=constrain,
                                    max_batch=max_batch, queue_size=queue_size, timeout_s=timeout_s,
                                    max_request_chars=max_request_chars, max_list=max_list,
                                    max_new_tokens=max_new_tokens, upstream=upstream, threads=threads,

@@ -62,6 +62,8 @@ class EvalSettings(_Strict):
     orders: list[str] = Field(default_factory=lambda: ["O1"])
     max_new_tokens: int = Field(768, ge=1)
     batch_size: int = Field(8, ge=1)
+    constrain: bool = Field(True, description="decode with the answering model's grammar: only the skills it "
+                                              "learned and their declared arguments (skillbank.model.constrain)")
 
     @field_validator("orders")
     @classmethod
@@ -129,6 +131,13 @@ class RunConfig(_Strict):
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML ({exc})") from None
         return cls.from_dict(raw, where=str(path))
+
+    @classmethod
+    def from_run(cls, raw: dict, where: str = "config") -> "RunConfig":
+        """A run directory's saved ``config.json``: runs made before constrained decoding existed decoded freely,
+        so a missing ``eval.constrain`` reads as false there (not as the default for new configs)."""
+        raw = {**raw, "eval": {"constrain": False, **raw.get("eval", {})}}
+        return cls.from_dict(raw, where)
 
     @classmethod
     def from_dict(cls, raw: dict, where: str = "config") -> "RunConfig":

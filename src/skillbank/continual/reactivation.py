@@ -34,7 +34,7 @@ def reactivate(run_dir: str | Path, methods: Sequence[str] = PAPER_METHODS, orde
     out = Path(run_dir)
     if not (out / "config.json").is_file():
         raise SkillbankError(f"{out} is not a run directory (no config.json; start one with `skillbank run`)")
-    cfg = RunConfig.from_dict(json.loads((out / "config.json").read_text()))
+    cfg = RunConfig.from_run(json.loads((out / "config.json").read_text()), str(out / "config.json"))
     stream = build_run_stream(cfg)
     done: dict[str, dict[str, str]] = {}
     for name in methods:
@@ -82,7 +82,8 @@ def _probe(cfg, stream, cls, name, order_name, order, mdir, final, say, progress
     method = cls(ctx, cfg.method_params_for(name))
     try:
         method.load(final / "state", len(order))
-        cache = OutputCache(mdir / "outputs.jsonl", cfg.eval.batch_size, cfg.eval.max_new_tokens)
+        cache = OutputCache(mdir / "outputs.jsonl", cfg.eval.batch_size, cfg.eval.max_new_tokens,
+                            catalog=stream.catalog if cfg.eval.constrain else None)
         t0 = time.perf_counter()
         # Scored against the untouched records: only the request text the model reads changes.
         ev = evaluate_stage(method, len(order), order, stream, cache, say, progress,

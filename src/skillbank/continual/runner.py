@@ -40,7 +40,7 @@ from skillbank.config import ConfigError, RunConfig
 from skillbank.data.records import Record
 from skillbank.data.stream import Stream
 from skillbank.metrics import AccuracyMatrix, aggregate, route_accuracy, score_example, task_macro
-from skillbank.model.serialization import decode
+from skillbank.model.serialization import decode_output
 
 Say = Callable[[str], None]
 COMPLETE = "COMPLETE"
@@ -100,12 +100,18 @@ class OutputCache:
     """(model state, prompt digest) -> generated output, appended to a JSONL file as it grows.
 
     A state names the exact weights (methods put a weight digest in it), so a cached output is reused only
-    by the same weights on the same prompt. A torn last line (a kill mid-write) is ignored on load."""
+    by the same weights on the same prompt. A torn last line (a kill mid-write) is ignored on load.
 
-    def __init__(self, path: Path, batch_size: int, max_new_tokens: int):
+    With ``catalog`` given, decoding is constrained: a query's output may only use its ``skills`` and their
+    declared arguments (``skillbank.model.constrain``), and the grammar's digest joins the prompt digest, so
+    constrained and free outputs of the same prompt never stand in for each other."""
+
+    def __init__(self, path: Path, batch_size: int, max_new_tokens: int, catalog=None):
         self.path = path
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
+        self.catalog = catalog
+        self._grammars: dict[tuple, object] = {}
         self.outputs: dict[tuple[str, str], dict] = {}
         self.generate_seconds = 0.0
         self.generated = 0
@@ -117,24 +123,38 @@ class OutputCache:
                 except (json.JSONDecodeError, KeyError):
                     continue
 
+    def grammar(self, query):
+        """The grammar a query's output must follow (None: unconstrained)."""
+        if self.catalog is None or not query.skills:
+            return None
+        key = (query.skills, query.fmt, query.prefix)
+        if key not in self._grammars:
+            from skillbank.model.constrain import SkillSpec, build_grammar
+            specs = [SkillSpec(s, self.catalog.skills[s].argument_names) for s in query.skills]
+            self._grammars[key] = build_grammar(specs, query.fmt, query.prefix)
+        return self._grammars[key]
+
     def get(self, method, queries: Sequence, say: Say | None = None, progress: bool = False) -> list[dict]:
         from skillbank.model.generate import generate
 
-        keys = [(q.state, prompt_key(q.prompt)) for q in queries]
-        missing: dict[tuple[str, str], str] = {}
-        for q, k in zip(queries, keys):
+        grammars = [self.grammar(q) for q in queries]
+        keys = [(q.state, prompt_key(q.prompt if g is None else f"{q.prompt}\0grammar:{g.digest}"))
+                for q, g in zip(queries, grammars)]
+        missing: dict[tuple[str, str], tuple] = {}
+        for q, g, k in zip(queries, grammars, keys):
             if k not in self.outputs:
-                missing.setdefault(k, q.prompt)
-        by_state: dict[str, list[tuple[str, str]]] = {}
-        for (state, pk), prompt in missing.items():
-            by_state.setdefault(state, []).append((pk, prompt))
+                missing.setdefault(k, (q.prompt, g))
+        by_state: dict[str, list[tuple[str, tuple]]] = {}
+        for (state, pk), item in missing.items():
+            by_state.setdefault(state, []).append((pk, item))
         for state, items in by_state.items():
             if say:
                 say(f"  generating {len(items)} outputs with {state}")
             t0 = time.perf_counter()
             with method.model_for(state) as model:
-                gens = generate(model, method.base.tokenizer, [p for _, p in items], batch_size=self.batch_size,
-                                max_new_tokens=self.max_new_tokens, progress=progress)
+                gens = generate(model, method.base.tokenizer, [p for _, (p, _) in items], batch_size=self.batch_size,
+                                max_new_tokens=self.max_new_tokens, progress=progress,
+                                grammars=[g for _, (_, g) in items])
             self.generate_seconds += time.perf_counter() - t0
             self.generated += len(items)
             # One write() per line on an O_APPEND descriptor: processes running other orders of the same
@@ -143,7 +163,7 @@ class OutputCache:
             try:
                 for (pk, _), g in zip(items, gens):
                     d = {"state": state, "prompt": pk, "text": g.text, "n_tokens": g.n_tokens,
-                         "mean_logprob": g.mean_logprob, "stopped": g.stopped}
+                         "mean_logprob": g.mean_logprob, "stopped": g.stopped, "reason": g.reason}
                     self.outputs[(state, pk)] = d
                     os.write(fd, (json.dumps(d, ensure_ascii=False) + "\n").encode())
             finally:
@@ -166,7 +186,8 @@ def evaluate_stage(method, t: int, seen: Sequence[str], stream: Stream, cache: O
     pos = 0
     for variant, qs in variants.items():
         mine, pos = outs[pos:pos + len(qs)], pos + len(qs)
-        parsed = [decode(o["text"], q.fmt, q.prefix) for q, o in zip(qs, mine)]
+        parsed = [decode_output(o["text"], q.fmt, q.prefix, stopped=o["stopped"], reason=o.get("reason"))
+                  for q, o in zip(qs, mine)]
         scores = [score_example(r.graph, p.graph) for r, p in zip(tests, parsed)]
         per_task = {}
         for k in seen:
@@ -230,7 +251,8 @@ def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrain
                         workdir=mdir, progress=rc.progress and main, say=say,
                         extras={"address": cfg.address.model_dump(), "pretrained": pretrained or {}})
     method = cls(ctx, cfg.method_params_for(method_name))
-    cache = OutputCache(mdir / "outputs.jsonl", cfg.eval.batch_size, cfg.eval.max_new_tokens)
+    cache = OutputCache(mdir / "outputs.jsonl", cfg.eval.batch_size, cfg.eval.max_new_tokens,
+                        catalog=stream.catalog if cfg.eval.constrain else None)
     if finished:
         if say:
             say(f"{method_name} {order_name}: resuming after stage {finished}")
@@ -401,6 +423,7 @@ def _check_config(out: Path, cfg: RunConfig) -> None:
     new = cfg.resolved()
     if path.is_file():
         old = json.loads(path.read_text())
+        old.setdefault("eval", {}).setdefault("constrain", False)  # written before constrained decoding existed
         # Adding methods or orders to a run is fine (another process may run them); anything that changes
         # what a method learns or how it is evaluated is not.
         skip = {"methods", "runner", "method_params", "name"}

@@ -26,7 +26,7 @@ from skillbank.errors import SelectorError
 from skillbank.memory.address import make_selector
 from skillbank.memory.execution import ShardOutput
 from skillbank.metrics import AccuracyMatrix, route_accuracy, score_example, task_macro
-from skillbank.model.serialization import decode
+from skillbank.model.serialization import decode_output
 
 Say = Callable[[str], None]
 
@@ -48,11 +48,13 @@ class PersistentOutputCache(OutputCache):
 
     Existing lines are read back on start (re-parsed with each shard's decoder), new outputs are appended
     in chunks of ``chunk`` pairs as they are produced. A line records the generation cap it was made
-    with; lines made with another cap are ignored, since they would not be the same output.
+    with and whether decoding was constrained; lines made otherwise are ignored, since they would not be the
+    same output (lines written before constrained decoding existed were unconstrained).
     """
 
-    def __init__(self, execution, batch_size: int, max_new_tokens: int, path: str | Path, chunk: int = 128):
-        super().__init__(execution, batch_size, max_new_tokens)
+    def __init__(self, execution, batch_size: int, max_new_tokens: int, path: str | Path, chunk: int = 128,
+                 constrain: bool = True):
+        super().__init__(execution, batch_size, max_new_tokens, constrain)
         self.path = Path(path)
         self.chunk = chunk
         self.reused = 0
@@ -69,11 +71,13 @@ class PersistentOutputCache(OutputCache):
                     raise SelectorError(f"{self.path}, line {number}: not a JSON object ({exc.msg}); "
                                         "delete the file to generate every output again") from None
                 entry = execution.shards.get(d["shard"])
-                if entry is None or d.get("max_new_tokens") != max_new_tokens:
+                if entry is None or d.get("max_new_tokens") != max_new_tokens \
+                        or bool(d.get("constrained", False)) != constrain:
                     continue
+                parsed = decode_output(d["text"], entry.target_format, entry.family_prefix, stopped=d["stopped"],
+                                       reason=d.get("reason"))
                 self.outputs[(d["shard"], d["request"])] = ShardOutput(
-                    d["shard"], d["text"], decode(d["text"], entry.target_format, entry.family_prefix),
-                    d["n_tokens"], d["mean_logprob"], d["stopped"])
+                    d["shard"], d["text"], parsed, d["n_tokens"], d["mean_logprob"], d["stopped"], constrain)
                 self.reused += 1
 
     def get(self, pairs: list[tuple[str, str]], say: Say | None = None) -> list:
@@ -89,7 +93,9 @@ class PersistentOutputCache(OutputCache):
                     o = self.outputs[(shard, request)]
                     fh.write(json.dumps({"shard": shard, "request": request, "text": o.text, "n_tokens": o.n_tokens,
                                          "mean_logprob": o.mean_logprob, "stopped": o.stopped,
-                                         "max_new_tokens": self.max_new_tokens}, ensure_ascii=False) + "\n")
+                                         "reason": None if o.stopped else o.parsed.error,
+                                         "max_new_tokens": self.max_new_tokens, "constrained": self.constrain},
+                                        ensure_ascii=False) + "\n")
             if say:
                 say(f"  {min(s + self.chunk, len(missing))}/{len(missing)} generated")
         return [self.outputs[p] for p in pairs]
@@ -107,9 +113,13 @@ def _check_kinds(kinds: Sequence[str]) -> list[str]:
 
 def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Sequence[str] = ALL_SELECTORS, *,
                        out_dir: str | Path, batch_size: int = 16, max_new_tokens: int = 256,
-                       test_per_family: int | None = None, say: Say | None = None) -> dict:
+                       test_per_family: int | None = None, say: Say | None = None, constrain: bool = True) -> dict:
     """Evaluate ``kinds`` over the opened ``bank`` (a :class:`~skillbank.memory.bank.SkillBank`) on every
-    prefix of each order; write ``selectors.json``, ``outputs.jsonl`` and the report into ``out_dir``."""
+    prefix of each order; write ``selectors.json``, ``outputs.jsonl`` and the report into ``out_dir``.
+
+    constrain: generate with each shard's grammar. Self-route then compares the mean log-probability, under
+    each shard's own (unconstrained) distribution, of the graph its grammar let it write; AdapterCL scores
+    the request, not an output, so the constraint does not touch it."""
     from skillbank.memory.selectors import AdapterRequestNLL, BaseHiddenStates
     from skillbank.memory.selectors.embedding import memoize_encoders
 
@@ -128,7 +138,7 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
     if not any(tests.values()):
         raise SelectorError(f"stream {stream.name} has no held-out requests")
 
-    cache = PersistentOutputCache(bank.execution, batch_size, max_new_tokens, out / "outputs.jsonl")
+    cache = PersistentOutputCache(bank.execution, batch_size, max_new_tokens, out / "outputs.jsonl", constrain=constrain)
     if say and cache.reused:
         say(f"resuming: {cache.reused} outputs read from {cache.path}")
     gold = {r.request: r.family for recs in tests.values() for r in recs}
@@ -183,7 +193,7 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
               "test_per_family": {k: len(v) for k, v in tests.items()},
               "task_labels": {k: stream.task_label(k) for k in stream.family_keys},
               "selectors": kinds, "labels": {k: LABELS[k] for k in kinds},
-              "max_new_tokens": max_new_tokens, "orders": {}}
+              "max_new_tokens": max_new_tokens, "constrained": constrain, "orders": {}}
     for o in orders:
         order = stream.order(o)
         res = {"order": order, "selectors": {}}

@@ -126,6 +126,9 @@ class Plan:
     raw: str
     route_seconds: float = 0.0
     generate_seconds: float = 0.0
+    constrained: bool = True
+    n_tokens: int = 0
+    mean_logprob: float = 0.0  # the executor's mean token log-probability of ``raw`` (unconstrained distribution)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -273,7 +276,7 @@ class SkillBank:
         if old_address:  # superseded; a crash before this line leaves it as an orphan the next learn removes
             shutil.rmtree(self.root / old_address, ignore_errors=True)
         self.address = address
-        self.execution.shards[family] = entry
+        self.execution.register(family, self.root / shard_rel, entry)
         return entry
 
     def _remove_orphans(self) -> None:
@@ -300,8 +303,11 @@ class SkillBank:
         return [self.address.classes_[i] for i in np.argmax(proba, axis=1)], proba
 
     def plan(self, requests: Sequence[str] | str, *, shard: str | None = None, batch_size: int = 8,
-             max_new_tokens: int | None = None) -> list[Plan]:
-        """Route each request (or force ``shard``) and generate its task graph with that one executor."""
+             max_new_tokens: int | None = None, constrain: bool = True, copy_values: bool = False) -> list[Plan]:
+        """Route each request (or force ``shard``) and generate its task graph with that one executor.
+
+        constrain: decode with the shard's grammar (its own skills and declared arguments only; default);
+        copy_values: literal argument values must also be substrings of the request."""
         if isinstance(requests, str):
             requests = [requests]
         requests = list(requests)
@@ -318,14 +324,16 @@ class SkillBank:
             chosen, proba = self.route(requests)
         route_s = (time.perf_counter() - t0) / max(1, len(requests))
         t1 = time.perf_counter()
-        outputs = self.execution.generate(requests, chosen, batch_size=batch_size, max_new_tokens=max_new_tokens)
+        outputs = self.execution.generate(requests, chosen, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                                          constrain=constrain, copy_values=copy_values)
         gen_s = (time.perf_counter() - t1) / max(1, len(requests))
         plans = []
         for i, (req, name, o) in enumerate(zip(requests, chosen, outputs)):
             probs = ({c: float(p) for c, p in zip(self.address.classes_, proba[i])} if proba is not None
                      else {name: 1.0})
             graph = o.parsed.graph.canonical().to_dict() if o.parsed.graph is not None else None
-            plans.append(Plan(req, name, probs, graph, o.parsed.error, o.text, route_s, gen_s))
+            plans.append(Plan(req, name, probs, graph, o.parsed.error, o.text, route_s, gen_s, o.constrained,
+                              o.n_tokens, round(o.mean_logprob, 4)))
         return plans
 
     def info(self) -> dict:

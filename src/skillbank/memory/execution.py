@@ -4,9 +4,15 @@ Every shard is a PEFT adapter injected into the *same* base model (``LoadedBase.
 ``load_adapter``), so switching executors is ``set_adapter`` - no reload, no second copy of the base.
 Generation groups requests by shard: each shard is activated once and its requests are decoded in
 batches, then each output is parsed with the shard's own target format (``skillbank.model.serialization``).
+
+Decoding is constrained by default: each shard's grammar (``skillbank.model.constrain``), built once from
+its ``skills.json`` and target format, lets it write only its own skills, their declared arguments and
+well-formed graphs. ``constrain=False`` decodes freely (for comparison).
 """
 from __future__ import annotations
 
+import json
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +23,7 @@ from skillbank.graph import ParseResult
 from skillbank.model.base import LoadedBase
 from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS, GenerationStats, generate_for_requests
 from skillbank.model.prompts import prompt_ids
-from skillbank.model.serialization import decode
+from skillbank.model.serialization import decode_output
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,7 @@ class ShardOutput:
     n_tokens: int
     mean_logprob: float
     stopped: bool
+    constrained: bool = False
 
 
 class ExecutionMemory:
@@ -39,7 +46,9 @@ class ExecutionMemory:
     def __init__(self, base: LoadedBase):
         self.base = base
         self.shards: dict = {}
+        self.dirs: dict[str, Path] = {}  # shard name -> its directory (skills.json)
         self.stats = GenerationStats()
+        self._grammars: dict[tuple, object] = {}
 
     # -- write -------------------------------------------------------------------------------
     def attach(self, name: str, directory: str | Path, entry) -> None:
@@ -48,7 +57,13 @@ class ExecutionMemory:
             self.base.load_adapter(name, directory)
         except ModelError as exc:
             raise BankError(f"cannot load shard {name!r} from {directory}: {exc}") from exc
+        self.register(name, directory, entry)
+
+    def register(self, name: str, directory: str | Path, entry) -> None:
+        """Record a loaded shard's manifest entry and directory."""
         self.shards[name] = entry
+        self.dirs[name] = Path(directory)
+        self._grammars = {k: g for k, g in self._grammars.items() if k[0] != name}
 
     def train_shard(self, name: str, records, cfg, *, family_prefix: str, progress: bool = True) -> dict:
         """Train a fresh adapter ``name`` on ``records`` only; it stays in memory, frozen. Returns the summary."""
@@ -77,6 +92,20 @@ class ExecutionMemory:
     def detach(self, name: str) -> None:
         self.base.remove_adapter(name)
         self.shards.pop(name, None)
+        self.dirs.pop(name, None)
+
+    # -- grammars ----------------------------------------------------------------------------
+    def grammar(self, name: str, copy_from: str | None = None):
+        """Shard ``name``'s grammar, built once from its ``skills.json`` (per request when values are
+        copy-constrained)."""
+        if (name, None) not in self._grammars:
+            path = self.dirs[name] / "skills.json" if name in self.dirs else None
+            self._grammars[(name, None)] = shard_grammar(self.shards[name], read_skills_json(path), str(path))
+        grammar = self._grammars[(name, None)]
+        if copy_from is None:
+            return grammar
+        from skillbank.model.constrain import build_grammar
+        return build_grammar(grammar.skills, grammar.fmt, self.shards[name].family_prefix, copy_from=copy_from)
 
     # -- read --------------------------------------------------------------------------------
     def context_limit(self) -> int:
@@ -99,8 +128,12 @@ class ExecutionMemory:
                                 f"exceed the base model's context of {limit} tokens")
 
     def generate(self, requests: Sequence[str], shards: Sequence[str], *, batch_size: int = 8,
-                 max_new_tokens: int | None = None, progress: bool = False) -> list[ShardOutput]:
-        """Generate request ``i`` with shard ``shards[i]``; outputs in input order."""
+                 max_new_tokens: int | None = None, progress: bool = False, constrain: bool = True,
+                 copy_values: bool = False) -> list[ShardOutput]:
+        """Generate request ``i`` with shard ``shards[i]``; outputs in input order.
+
+        constrain: decode with each shard's grammar (default); copy_values: literal argument values must also
+        be substrings of the request (opt-in)."""
         if len(requests) != len(shards):
             raise BankError(f"got {len(requests)} requests but {len(shards)} shard names")
         groups: dict[str, list[int]] = defaultdict(list)
@@ -111,15 +144,47 @@ class ExecutionMemory:
         results: list[ShardOutput | None] = [None] * len(requests)
         for name, idx in groups.items():
             entry = self.shards[name]
+            grammars = None
+            if constrain:
+                grammars = [self.grammar(name, requests[i] if copy_values else None) for i in idx]
             model = self.base.activate(name)
             outs = generate_for_requests(model, self.base.tokenizer, [requests[i] for i in idx],
                                          system_prompt=entry.system_prompt, batch_size=batch_size,
                                          max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
-                                         progress=progress, stats=self.stats)
+                                         progress=progress, stats=self.stats, grammars=grammars)
             for i, o in zip(idx, outs):
-                parsed = decode(o.text, entry.target_format, entry.family_prefix)
-                results[i] = ShardOutput(name, o.text, parsed, o.n_tokens, o.mean_logprob, o.stopped)
+                parsed = decode_output(o.text, entry.target_format, entry.family_prefix, stopped=o.stopped,
+                                       reason=o.reason)
+                results[i] = ShardOutput(name, o.text, parsed, o.n_tokens, o.mean_logprob, o.stopped, constrain)
         return results  # type: ignore[return-value]
+
+
+def read_skills_json(path: Path | None) -> dict | None:
+    """A shard's ``skills.json``; None when the shard has none. A malformed one is an error naming the file."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BankError(f"{path}: malformed skills.json ({exc})") from None
+
+
+def shard_grammar(entry, skills_json: dict | None, where: str):
+    """The grammar of a shard's outputs (``skillbank.model.constrain``) from its manifest entry and
+    ``skills.json``. Without argument specs (a bank made before catalogs were stored) only skill ids are
+    constrained, with a one-line warning."""
+    from skillbank.model.constrain import SkillSpec, build_grammar, specs_from_skills_json
+    if skills_json is None:
+        specs, complete = [SkillSpec(s) for s in entry.skills], False
+    else:
+        try:
+            specs, complete = specs_from_skills_json(skills_json, where)
+        except ModelError as exc:
+            raise BankError(str(exc)) from None
+    if not complete:
+        print(f"skillbank: warning: shard {entry.name!r} has no argument specs ({where}); decoding constrains "
+              "its skill ids only", file=sys.stderr)
+    return build_grammar(specs, entry.target_format, entry.family_prefix)
 
 
 class ShardOutputCache:
@@ -128,10 +193,11 @@ class ShardOutputCache:
     A frozen shard's output for a request never changes, so selectors that compare shards (Self-route) or
     evaluate several routing rules over one bank generate each pair once."""
 
-    def __init__(self, execution: ExecutionMemory, batch_size: int, max_new_tokens: int):
+    def __init__(self, execution: ExecutionMemory, batch_size: int, max_new_tokens: int, constrain: bool = True):
         self.execution = execution
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
+        self.constrain = constrain
         self.outputs: dict[tuple[str, str], ShardOutput] = {}
         self.generate_seconds = 0.0
 
@@ -144,7 +210,7 @@ class ShardOutputCache:
             t0 = time.perf_counter()
             outs = self.execution.generate([r for _, r in missing], [s for s, _ in missing],
                                            batch_size=self.batch_size, max_new_tokens=self.max_new_tokens,
-                                           progress=say is not None)
+                                           progress=say is not None, constrain=self.constrain)
             self.generate_seconds += time.perf_counter() - t0
             self.outputs.update(zip(missing, outs))
         return [self.outputs[p] for p in pairs]

@@ -45,8 +45,9 @@ from skillbank.model.prompts import encode_text, stop_token_ids
 class Decoded:
     text: str
     n_tokens: int  # generated, the stop token included
-    stopped: bool  # False: it ran into the cap
-    mean_logprob: float  # of the generated tokens (stop token included), natural log
+    stopped: bool  # False: it ran into the cap or its grammar's dead end
+    mean_logprob: float  # of the generated tokens (stop token included), natural log, under the unconstrained model
+    reason: str | None = None  # why it did not stop (None when it stopped)
 
 
 def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,6 +69,7 @@ class Row:
     cap: int
     tokens: list[int] = field(default_factory=list)
     logprob: float = 0.0  # summed over ``tokens``
+    matcher: Any = None  # a skillbank.model.constrain.RowMatcher: the row may only write what its grammar allows
 
 
 class RowBatch:
@@ -87,6 +89,7 @@ class RowBatch:
         # transformers renamed past_key_values to cache (5.x deprecates the old name): use what it takes.
         self._cache_arg = "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
         self.rows: list[Row] = []
+        self._bitmask: torch.Tensor | None = None  # reused allowed-token bitmask, a row per batch row
         self._reset()
 
     def _reset(self) -> None:
@@ -110,13 +113,15 @@ class RowBatch:
                          logits_to_keep=1, **{self._cache_arg: cache}, **extra)
         return out.logits[:, -1, :]
 
-    def add(self, prompts: Sequence[str], keys: Sequence[Any], adapters: Sequence[str | None], caps: Sequence[int]) -> None:
-        """Prefill new rows (rendered prompt strings) and join them to the batch."""
-        self.add_ids([encode_text(self.tokenizer, p) for p in prompts], keys, adapters, caps)
+    def add(self, prompts: Sequence[str], keys: Sequence[Any], adapters: Sequence[str | None], caps: Sequence[int],
+            matchers: Sequence[Any] | None = None) -> None:
+        """Prefill new rows (rendered prompt strings) and join them to the batch. ``matchers``: per row a fresh
+        :class:`~skillbank.model.constrain.RowMatcher` (or None: unconstrained)."""
+        self.add_ids([encode_text(self.tokenizer, p) for p in prompts], keys, adapters, caps, matchers)
 
     @torch.inference_mode()
     def add_ids(self, ids: Sequence[list[int]], keys: Sequence[Any], adapters: Sequence[str | None],
-                caps: Sequence[int]) -> None:
+                caps: Sequence[int], matchers: Sequence[Any] | None = None) -> None:
         """:meth:`add` for prompts already tokenized."""
         from transformers import DynamicCache
 
@@ -138,7 +143,8 @@ class RowBatch:
         positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)[:, width:]
         tail_ids = tail_ids.to(self.device)
         logits = self._forward(cache, tail_ids, mask, positions, adapters)
-        new_rows = [Row(k, a, c) for k, a, c in zip(keys, adapters, caps)]
+        matchers = list(matchers) if matchers is not None else [None] * len(ids)
+        new_rows = [Row(k, a, c, matcher=m) for k, a, c, m in zip(keys, adapters, caps, matchers)]
         if not self.rows:
             self.cache, self.mask, self.last_pos, self.logits = cache, mask, positions[:, -1], logits
             self.rows = new_rows
@@ -160,20 +166,26 @@ class RowBatch:
         model once for the rest. Returns the retired rows with their outputs (None for a dropped row)."""
         if not self.rows:
             return []
-        nxt = self.logits.argmax(dim=-1)  # [b]
-        # the confidence Self-route compares: log-probability of each picked token
+        nxt, dead = self._pick()
+        # The confidence Self-route compares: log-probability of each picked token under the model itself,
+        # not renormalised over what the grammar allows (a forced token would otherwise look certain).
         picked = torch.log_softmax(self.logits.float(), dim=-1).gather(1, nxt[:, None]).squeeze(1)
         done, keep = [], []
         for r, (row, t, lp) in enumerate(zip(self.rows, nxt.tolist(), picked.tolist())):
-            row.tokens.append(t)
-            row.logprob += lp
             if drop and row.key in drop:
                 done.append((row, None))
                 continue
-            if t in self.stops:
+            if r in dead:
+                done.append((row, self._decoded(row, False, dead[r])))
+                continue
+            row.tokens.append(t)
+            row.logprob += lp
+            if row.matcher is not None and not row.matcher.consume(t):
+                done.append((row, self._decoded(row, False, f"grammar dead end: {row.matcher.error[:200]}")))
+            elif t in self.stops:
                 done.append((row, self._decoded(row, True)))
             elif len(row.tokens) >= row.cap:
-                done.append((row, self._decoded(row, False)))
+                done.append((row, self._decoded(row, False, f"hit the token cap ({row.cap}) before the output ended")))
             else:
                 keep.append(r)
         if not keep:
@@ -195,6 +207,31 @@ class RowBatch:
                                     [row.adapter for row in self.rows])
         return done
 
+    def _pick(self) -> tuple[torch.Tensor, dict[int, str]]:
+        """Each row's greedy next token; a constrained row's among the tokens its grammar allows. Also the rows
+        whose grammar allows nothing (a dead end: reported, never decoded into a guess)."""
+        nxt = self.logits.argmax(dim=-1)
+        constrained = [r for r, row in enumerate(self.rows) if row.matcher is not None]
+        dead: dict[int, str] = {}
+        if not constrained:
+            return nxt, dead
+        from skillbank.model.constrain import apply_bitmask
+
+        words = (self.logits.shape[-1] + 31) // 32
+        if self._bitmask is None or self._bitmask.shape[0] < len(self.rows) or self._bitmask.shape[1] != words:
+            self._bitmask = torch.full((max(len(self.rows), 16), words), -1, dtype=torch.int32)
+        for r in constrained:
+            self.rows[r].matcher.fill(self._bitmask, r)
+        index = torch.tensor(constrained, device=self.logits.device)
+        masked = self.logits[index].float()
+        apply_bitmask(masked, self._bitmask[constrained])
+        best, choice = masked.max(dim=-1)
+        nxt[index] = choice
+        for r, value in zip(constrained, best.tolist()):
+            if value == float("-inf"):
+                dead[r] = f"grammar dead end: no token is allowed ({self.rows[r].matcher.error[:200] or 'empty mask'})"
+        return nxt, dead
+
     def _reused_heads(self, adapters: list[str | None], ids: list[list[int]]) -> list:
         """Per row the prefix it can skip (tokens, per-layer k/v); empty when prefix reuse is off."""
         if self.prefixes is None:
@@ -213,10 +250,10 @@ class RowBatch:
         self._forward(cache, ids, torch.ones_like(ids), torch.arange(len(tokens), device=self.device)[None], [adapter])
         return [(layer.keys, layer.values) for layer in cache.layers]
 
-    def _decoded(self, row: Row, stopped: bool) -> Decoded:
+    def _decoded(self, row: Row, stopped: bool, reason: str | None = None) -> Decoded:
         body = row.tokens[:-1] if stopped else row.tokens
         return Decoded(self.tokenizer.decode(body, skip_special_tokens=True).strip(), len(row.tokens), stopped,
-                       row.logprob / len(row.tokens))
+                       row.logprob / max(1, len(row.tokens)), reason)
 
 
 # Layer kinds whose cache is plain keys and values along the sequence, which is what joining, trimming and

@@ -33,13 +33,16 @@ class Generation:
     text: the decoded generation without special tokens (the stop token is not part of it).
     n_tokens: tokens generated, the stop token included.
     mean_logprob: mean natural-log probability of the generated tokens (stop token included), <= 0.
-    stopped: True if a stop token ended it, False if it ran into ``max_new_tokens`` (likely truncated).
+    stopped: True if a stop token ended it, False if it ran into ``max_new_tokens`` (likely truncated) or into
+        a dead end of its grammar.
+    reason: why it did not stop (None when it stopped).
     """
 
     text: str
     n_tokens: int
     mean_logprob: float
     stopped: bool
+    reason: str | None = None
 
 
 @dataclass
@@ -60,7 +63,7 @@ class GenerationStats:
 def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
              max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, progress: bool = False,
              stats: GenerationStats | None = None, adapter_names: Sequence[str] | None = None,
-             base=None) -> list[Generation]:
+             base=None, grammars: Sequence | None = None) -> list[Generation]:
     """Greedy-decode every rendered prompt string (see ``prompts.render_prompt``); outputs in input order.
 
     batch_size: rows decoded together. A row leaves as soon as it stops and the next prompt takes its slot
@@ -68,6 +71,8 @@ def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
     adapter_names: per prompt, the LoRA adapter of ``model`` (a PeftModel) that generates it, rows of
         several adapters sharing a batch; ``base`` is the LoadedBase owning the model. None: the active one.
     stats: when given, totals are added to it.
+    grammars: per prompt a :class:`~skillbank.model.constrain.GraphGrammar` its output must follow (or None:
+        unconstrained); each is compiled once (``constrain.grammar_cache``) and every row gets its own matcher.
     """
     from skillbank.model.decode import RowBatch
 
@@ -78,6 +83,12 @@ def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
     prompts = list(prompts)
     if adapter_names is not None and len(adapter_names) != len(prompts):
         raise ModelError(f"got {len(prompts)} prompts but {len(adapter_names)} adapter names")
+    if grammars is not None and len(grammars) != len(prompts):
+        raise ModelError(f"got {len(prompts)} prompts but {len(grammars)} grammars")
+    cache = None
+    if grammars is not None and any(g is not None for g in grammars):
+        from skillbank.model.constrain import grammar_cache
+        cache = grammar_cache(model, tokenizer)
     if not prompts:
         return []
     model.eval()
@@ -97,9 +108,13 @@ def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
         free = batch_size - len(batch.rows)
         if queue and (free >= refill_at or not batch.rows):
             idx = [queue.popleft() for _ in range(min(free, len(queue)))]
-            batch.add_ids([encoded[i] for i in idx], idx, [adapters[i] for i in idx], [max_new_tokens] * len(idx))
+            matchers = None
+            if cache is not None:
+                matchers = [cache.matcher(grammars[i]) if grammars[i] is not None else None for i in idx]
+            batch.add_ids([encoded[i] for i in idx], idx, [adapters[i] for i in idx], [max_new_tokens] * len(idx),
+                          matchers)
         for row, d in batch.step():
-            results[row.key] = Generation(d.text, d.n_tokens, d.mean_logprob, d.stopped)
+            results[row.key] = Generation(d.text, d.n_tokens, d.mean_logprob, d.stopped, d.reason)
             done_tokens += d.n_tokens
             finished += 1
             if progress:
@@ -119,9 +134,10 @@ def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
 
 def generate_for_requests(model, tokenizer, requests: Sequence[str], *, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
                           batch_size: int = 8, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, progress: bool = False,
-                          stats: GenerationStats | None = None) -> list[Generation]:
+                          stats: GenerationStats | None = None, grammars: Sequence | None = None,
+                          adapter_names: Sequence[str] | None = None, base=None) -> list[Generation]:
     """Render the closed-book prompt for each raw request and :func:`generate`."""
     prompts = [render_prompt(tokenizer, r, system_prompt) for r in requests]
     return generate(model, tokenizer, prompts, batch_size=batch_size, max_new_tokens=max_new_tokens,
-                    progress=progress, stats=stats)
+                    progress=progress, stats=stats, grammars=grammars, adapter_names=adapter_names, base=base)
 

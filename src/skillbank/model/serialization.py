@@ -70,8 +70,19 @@ def decode(text: str | None, fmt: str = "json", family_prefix: str | None = None
         return ParseResult(None, str(exc))
 
 
+def decode_output(text: str | None, fmt: str = "json", family_prefix: str | None = None, *, stopped: bool = True,
+                  reason: str | None = None) -> ParseResult:
+    """:func:`decode` for a generation: one that did not stop (token cap, grammar dead end) is invalid with
+    that reason, never read as a graph - a compact output cut after its second line would parse as a
+    plausible, shorter plan."""
+    if not stopped:
+        return ParseResult(None, reason or "the output hit the token cap before the graph ended")
+    return decode(text, fmt, family_prefix)
+
+
 # -- compact -------------------------------------------------------------------------------------
-def _short(task: str, prefix: str) -> str:
+def short_name(task: str, prefix: str) -> str:
+    """How ``compact`` writes a skill id: without the shard's family prefix when it has it."""
     if prefix and task.startswith(prefix) and "::" not in task[len(prefix):]:
         return task[len(prefix):]
     if prefix and "::" not in task:
@@ -84,7 +95,7 @@ def _short(task: str, prefix: str) -> str:
 def _encode_compact(canon: TaskGraph, prefix: str) -> str:
     lines = []
     for node in canon.nodes:
-        name = _short(node.task, prefix)
+        name = short_name(node.task, prefix)
         if "{" in name or "\n" in name:
             raise GraphError(f"skill id {node.task!r} contains '{{' or a newline; use target format 'json'")
         args = {a.name: a.value for a in node.arguments}  # canonical order: sorted by name

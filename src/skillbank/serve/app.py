@@ -86,6 +86,24 @@ def _request_of_chat(body: S.ChatRequest) -> str:
                        param="messages")
 
 
+def _grammar_of_chat(body: S.ChatRequest):
+    """A client's grammar (vLLM's ``structured_outputs: {"grammar": <Lark>}``, or the older ``guided_grammar``),
+    checked here so a bad one is a 400, not a failed generation. None when the client sent none."""
+    from skillbank.model.constrain import LarkGrammar, check_lark
+    extra = body.model_extra or {}
+    structured = extra.get("structured_outputs")
+    text = structured.get("grammar") if isinstance(structured, dict) else None
+    text = text if text is not None else extra.get("guided_grammar")
+    if text is None:
+        return None
+    if not isinstance(text, str) or not text.strip():
+        raise ServiceError(400, "structured_outputs.grammar must be a non-empty Lark grammar", param="structured_outputs")
+    problem = check_lark(text)
+    if problem:
+        raise ServiceError(400, f"structured_outputs.grammar does not compile: {problem}", param="structured_outputs")
+    return LarkGrammar(text)
+
+
 def _epoch(created: str, default: int) -> int:
     try:
         return int(datetime.strptime(created, "%Y-%m-%dT%H:%M:%S").timestamp())
@@ -190,8 +208,11 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
             raise ServiceError(404, f"unknown model {body.model!r}: use {ROUTER_MODEL!r} (routes by content) or a "
                                     f"shard name: {snap.shard_names}", param="model")
         text = _request_of_chat(body)
+        grammar = _grammar_of_chat(body)
+        if grammar is not None:
+            svc.metrics.structured.inc()
         [(job, out)] = await svc.plan([text], shard=shard, http=request, param="messages",
-                                      max_new_tokens=body.max_completion_tokens or body.max_tokens)
+                                      max_new_tokens=body.max_completion_tokens or body.max_tokens, grammar=grammar)
         p = svc.plan_result(job, out, arrived, shard is None)
         content = json.dumps(p["graph"], ensure_ascii=False) if p["valid"] else out.text
         return {"id": "chatcmpl-" + uuid.uuid4().hex[:24], "created": int(time.time()), "model": job.shard,

@@ -18,6 +18,8 @@ class ServeConfig(BaseModel):
         while the engine is decoding joins the running batch at its next step.
     max_batch: most requests decoded together (rows of several shards share one batch; see skillbank.model.decode).
     reuse_prefixes: prefill only what follows the prompt prefix a shard's requests share (skillbank.model.decode.PrefixKV).
+    constrain: decode each request with its shard's grammar (only its skills and their declared arguments;
+        skillbank.model.constrain); in upstream mode the grammar is sent as ``structured_outputs``.
     queue_size: most requests waiting or running; beyond it a call gets 429 with Retry-After.
     timeout_s: per-request deadline, queueing included (504 after it).
     max_request_chars / max_list: limits on one request's text and on the requests of one /v1/plan call (413).
@@ -43,6 +45,7 @@ class ServeConfig(BaseModel):
     batch_window_ms: float = Field(10.0, ge=0, le=10_000)
     max_batch: int = Field(16, ge=1, le=1024)
     reuse_prefixes: bool = True
+    constrain: bool = True
     queue_size: int = Field(256, ge=1)
     timeout_s: float = Field(120.0, gt=0)
     max_request_chars: int = Field(4000, ge=1)

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 from skillbank.graph import ParseResult, parse_graph
 from skillbank.memory.bank import ShardEntry
 from skillbank.model.prompts import USER_TEMPLATE, prompt_ids, render_prompt
-from skillbank.model.serialization import decode
+from skillbank.model.serialization import decode, decode_output
 from skillbank.model.decode import RowBatch
 
 
@@ -47,6 +47,7 @@ class Job:
     prompt_tokens: int = 0
     enqueued: float = field(default_factory=time.perf_counter)
     cancelled: bool = False  # the client left or timed out: drop it if it has not started yet
+    grammar: Any = None  # what the output must follow (skillbank.model.constrain); None: unconstrained
 
 
 @dataclass(frozen=True)
@@ -62,9 +63,12 @@ class Output:
     batch_size: int  # rows decoding together when it joined
 
 
-def parse_output(text: str, entry: ShardEntry) -> ParseResult:
-    """Parse an executor's text written in the shard's target format. An upstream ``skillbank serve`` answers
-    with the canonical JSON graph whatever its shards' training format, so JSON is accepted as well."""
+def parse_output(text: str, entry: ShardEntry, stopped: bool = True, reason: str | None = None) -> ParseResult:
+    """Parse an executor's text written in the shard's target format (invalid, with the reason, when it did not
+    stop). An upstream ``skillbank serve`` answers with the canonical JSON graph whatever its shards' training
+    format, so JSON is accepted as well."""
+    if not stopped:
+        return decode_output(text, stopped=False, reason=reason)
     parsed = decode(text, entry.target_format, entry.family_prefix)
     if parsed.graph is None and entry.target_format != "json":
         alt = parse_graph(text)
@@ -125,10 +129,15 @@ class LocalEngine:
             self._cond.notify()
 
     def join_rows(self, batch: RowBatch, jobs: list[Job]) -> None:
-        """Prefill ``jobs`` and add them to the batch (engine thread)."""
+        """Prefill ``jobs`` and add them to the batch (engine thread); each row follows its job's grammar."""
         tok = self.tokenizer
         prompts = [render_prompt(tok, j.request, j.entry.system_prompt) for j in jobs]
-        batch.add(prompts, [id(j) for j in jobs], [j.shard for j in jobs], [j.max_new_tokens for j in jobs])
+        matchers = None
+        if any(j.grammar is not None for j in jobs):
+            from skillbank.model.constrain import grammar_cache
+            cache = grammar_cache(self.execution.base.peft, tok)
+            matchers = [cache.matcher(j.grammar) if j.grammar is not None else None for j in jobs]
+        batch.add(prompts, [id(j) for j in jobs], [j.shard for j in jobs], [j.max_new_tokens for j in jobs], matchers)
 
     def _loop(self) -> None:
         base = self.execution.base
@@ -166,8 +175,8 @@ class LocalEngine:
                     for row, decoded in batch.step(drop):
                         job, deliver, joined, size = rows.pop(row.key)
                         out = None if decoded is None else Output(
-                            decoded.text, parse_output(decoded.text, job.entry), decoded.n_tokens, decoded.stopped,
-                            joined, time.perf_counter() - joined, size)
+                            decoded.text, parse_output(decoded.text, job.entry, decoded.stopped, decoded.reason),
+                            decoded.n_tokens, decoded.stopped, joined, time.perf_counter() - joined, size)
                         deliver(job, out, None)
             except Exception as exc:  # noqa: BLE001 - fails the rows of this batch only; the loop goes on
                 for job, deliver in new:
@@ -225,6 +234,9 @@ class UpstreamEngine:
                 "chat_template_kwargs": {"enable_thinking": False},
                 "messages": [{"role": "system", "content": job.entry.system_prompt},
                              {"role": "user", "content": USER_TEMPLATE.format(request=job.request)}]}
+        if job.grammar is not None:
+            # vLLM's structured outputs (>= 0.10.2; its `guidance` backend reads Lark): the same grammar as here.
+            body["structured_outputs"] = {"grammar": job.grammar.lark()}
         started = time.perf_counter()
         try:
             resp = await self.client.post("/v1/chat/completions", json=body)
@@ -241,8 +253,11 @@ class UpstreamEngine:
             usage = data.get("usage") or {}
         except (ValueError, KeyError, IndexError, TypeError):
             raise UpstreamError(f"upstream {self.url} sent a reply that is not an OpenAI chat completion", 502) from None
-        return Output(text, parse_output(text, job.entry), int(usage.get("completion_tokens") or 0),
-                      choice.get("finish_reason") != "length", started, time.perf_counter() - started, batch_size)
+        stopped = choice.get("finish_reason") != "length"
+        return Output(text, parse_output(text, job.entry, stopped, f"hit the token cap ({job.max_new_tokens}) upstream "
+                                                                  "before the output ended"),
+                      int(usage.get("completion_tokens") or 0), stopped, started, time.perf_counter() - started,
+                      batch_size)
 
     async def load_adapter(self, name: str, path, token: str | None) -> None:
         """Ask the upstream to load a newly published shard: vLLM's runtime LoRA API (``POST

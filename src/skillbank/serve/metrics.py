@@ -32,6 +32,8 @@ class Metrics:
                                 registry=r)
         self.latency = Histogram("skillbank_http_request_seconds", "HTTP request latency", ["endpoint"],
                                  buckets=LATENCY_BUCKETS, registry=r)
+        self.structured = Counter("skillbank_structured_output_requests",
+                                  "Chat completions that brought their own grammar (structured_outputs)", registry=r)
         self.errors = Counter("skillbank_errors", "Requests answered with an error, by kind", ["kind"], registry=r)
         self.plans = Counter("skillbank_plans", "Plans generated, by shard and validity", ["shard", "valid"],
                              registry=r)

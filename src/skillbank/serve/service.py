@@ -104,7 +104,9 @@ class Service:
 
     # -- the one planning path of /v1/plan and /v1/chat/completions --------------------------------
     async def plan(self, requests: list[str], *, shard: str | None, max_new_tokens: int | None,
-                   http: Request | None, param: str = "request") -> list[tuple[Job, Output]]:
+                   http: Request | None, param: str = "request", grammar=None) -> list[tuple[Job, Output]]:
+        """Route (or force ``shard``) and generate. Each job follows its shard's grammar when the service
+        constrains decoding, or ``grammar`` when the client sent one (``structured_outputs``)."""
         cfg, snap = self.config, self.snapshot
         if not snap.shard_names:
             raise ServiceError(409, f"the bank {snap.bank.root.name} has no shards yet; learn a family first")
@@ -146,7 +148,9 @@ class Service:
                 where = param if len(requests) == 1 else f"{param}[{i}]"
                 raise ServiceError(413, f"{where} is too long: {n_prompt} prompt tokens + {mnt} generation tokens "
                                         f"exceed the base model's context of {limit} tokens", param=where)
-            jobs.append(Job(req, name, entry, p, route_s, mnt, loop.create_future(), prompt_tokens=n_prompt))
+            rule = grammar if grammar is not None else (snap.grammar(name) if cfg.constrain else None)
+            jobs.append(Job(req, name, entry, p, route_s, mnt, loop.create_future(), prompt_tokens=n_prompt,
+                            grammar=rule))
         try:
             self.batcher.submit(jobs)
         except QueueFull as exc:
@@ -205,7 +209,8 @@ class Service:
         queue_s = max(0.0, out.started - job.enqueued)
         self.metrics.queue_seconds.observe(queue_s)
         self.metrics.generate_seconds.observe(out.generate_s)
-        return {"request": job.request, "shard": job.shard, "routed": routed, "probabilities": job.probabilities, "valid": valid,
+        return {"request": job.request, "shard": job.shard, "routed": routed, "probabilities": job.probabilities,
+                "valid": valid, "constrained": job.grammar is not None,
                 "graph": out.parsed.graph.canonical().to_dict() if valid else None,
                 "error": None if valid else out.parsed.error, "raw": out.text, "tokens": out.n_tokens,
                 "truncated": not out.stopped, "batch_size": out.batch_size,

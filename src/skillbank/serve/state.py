@@ -28,6 +28,16 @@ class Snapshot:
     bank: SkillBank
     catalogs: dict[str, dict] = field(default_factory=dict)  # shard name -> its skills.json
     version: int = 1
+    grammars: dict = field(default_factory=dict, compare=False)  # shard name -> its grammar, built on first use
+
+    def grammar(self, name: str):
+        """The shard's grammar (constrained decoding), built once from its skills.json."""
+        if name not in self.grammars:
+            from skillbank.memory.execution import shard_grammar
+            entry = self.entry(name)
+            self.grammars[name] = shard_grammar(entry, self.catalogs.get(name),
+                                                str(self.bank.root / entry.dir / "skills.json"))
+        return self.grammars[name]
 
     @property
     def shard_names(self) -> list[str]:

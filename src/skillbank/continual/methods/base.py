@@ -43,13 +43,16 @@ class MethodParams(BaseModel):
 @dataclass(frozen=True)
 class Query:
     """One request to answer: generate ``prompt`` with model state ``state``, decode with (fmt, prefix).
-    ``route`` is the family a routing method sent it to (None for methods that do not route)."""
+    ``route`` is the family a routing method sent it to (None for methods that do not route). ``skills``: the
+    skill ids the answering model knows - with constrained decoding on, its output may use only these (and
+    their declared arguments); empty: unconstrained."""
 
     state: str
     prompt: str
     fmt: str
     prefix: str
     route: Optional[str] = None
+    skills: tuple[str, ...] = ()
 
 
 @dataclass
@@ -124,6 +127,11 @@ class Method(ABC):
         """The skill-id prefix shared by the whole catalog: one model for every family (sequential methods)
         must write the family part of each id, so only the catalog-wide prefix is stripped."""
         return common_prefix(sorted(self.ctx.stream.catalog.skills))
+
+    def seen_skills(self, t: int) -> tuple[str, ...]:
+        """The skills of the families learned in stages 1..t: what one model for every family knows after t."""
+        catalog = self.ctx.stream.catalog
+        return tuple(s for family in self.ctx.order[:t] for s in catalog.family(family).skills)
 
     def examples(self, records: Sequence[Record], prefix: str):
         return build_examples(self.base, records, self.ctx.train, prefix)

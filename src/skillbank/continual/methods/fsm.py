@@ -75,7 +75,7 @@ class FSM(Method):
                 entry = self.bank.execution.shards[family]
                 prompt = render_prompt(self.base.tokenizer, r.request, entry.system_prompt)
                 out[variant].append(Query(self._state(family), prompt, entry.target_format, entry.family_prefix,
-                                          route=family))
+                                          route=family, skills=tuple(entry.skills)))
         return out
 
     @contextmanager

@@ -69,8 +69,9 @@ class BaseSkill(_FrozenBase):
 
     def queries(self, t: int, records: Sequence[Record]) -> dict[str, list[Query]]:
         system = PAPER_SYSTEM_PROMPT + "\n\n" + catalog_block(self.ctx.stream.catalog)
+        skills = tuple(self.ctx.stream.catalog.skills)  # the catalog it is shown
         return {self.name: [Query(self.STATE, self._render(system, USER_TEMPLATE.format(request=r.request.strip())),
-                                  "json", "") for r in records]}
+                                  "json", "", skills=skills) for r in records]}
 
 
 class BaseOracleFields(_FrozenBase):
@@ -82,5 +83,6 @@ class BaseOracleFields(_FrozenBase):
         out = []
         for r in records:
             user = USER_TEMPLATE.format(request=r.request.strip()) + "\n" + oracle_fields_block(r, catalog)
-            out.append(Query(self.STATE, self._render(PAPER_SYSTEM_PROMPT, user), "json", ""))
+            out.append(Query(self.STATE, self._render(PAPER_SYSTEM_PROMPT, user), "json", "",
+                             skills=tuple(catalog.skills)))
         return {self.name: out}

@@ -78,11 +78,14 @@ class SequentialSFT(Method):
     def queries(self, t: int, records: Sequence[Record]) -> dict[str, list[Query]]:
         prefix = self.stream_prefix
         fmt = self.ctx.train.target_format
-        out = {self.name: [Query(self.state_id, self.closed_book_prompt(r.request), fmt, prefix) for r in records]}
+        skills = self.seen_skills(t)
+        out = {self.name: [Query(self.state_id, self.closed_book_prompt(r.request), fmt, prefix, skills=skills)
+                           for r in records]}
         if getattr(self.params, "address_probe", False):
             from skillbank.continual.diagnostics import address_hint, with_text
             out[f"{self.name}+address"] = [
-                Query(self.state_id, self.closed_book_prompt(with_text(r.request, address_hint(r.graph.tasks))), fmt, prefix)
+                Query(self.state_id, self.closed_book_prompt(with_text(r.request, address_hint(r.graph.tasks))), fmt, prefix,
+                      skills=skills)
                 for r in records]
         return out
 

@@ -62,7 +62,9 @@ class ProgressiveLoRA(Method):
 
     def queries(self, t: int, records: Sequence[Record]) -> dict[str, list[Query]]:
         fmt, prefix = self.ctx.train.target_format, self.stream_prefix
-        return {self.name: [Query(self.state_id, self.closed_book_prompt(r.request), fmt, prefix) for r in records]}
+        skills = self.seen_skills(t)
+        return {self.name: [Query(self.state_id, self.closed_book_prompt(r.request), fmt, prefix, skills=skills)
+                            for r in records]}
 
     def model_for(self, state: str):
         return self.adapters_active(self.adapters)

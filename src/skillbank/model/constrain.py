@@ -1,0 +1,429 @@
+"""Structured decoding: a shard can only write task graphs over its own skills.
+
+A shard knows its skills exactly (``skills.json``: ids and argument specs). :func:`build_grammar` turns
+them and the shard's target format into a context-free grammar of every well-formed output:
+
+* only the shard's skill ids (written as the format writes them: short names in ``compact``, full ids in
+  ``json``);
+* per skill only its declared argument names, each at most once, in the canonical (sorted) order the
+  executors were trained on; a skill whose specs are unknown takes any argument names;
+* argument values are JSON strings, or ``<node-j>`` references to an *earlier* node only (the grammar is
+  unrolled over node positions, so a forward or self reference cannot be written);
+* at most ``max_nodes`` nodes; in ``compact`` a links line of ``s>t`` pairs between existing nodes;
+* nothing after the graph: once the grammar is complete only a stop token is allowed.
+
+What a context-free grammar cannot say is left to the parser and reported as an invalid plan: a cycle
+through declared links, and in ``json`` a link naming a skill that is not one of the graph's nodes.
+A literal value may not start with ``<n`` (that prefix is reserved for references).
+
+The token masks come from a structured-generation library, not a hand-written filter: **llguidance** (the
+default; Lark syntax, lazily computed masks) or **xgrammar** (EBNF, masks precomputed at compile time).
+``bench/grammar_backends.py`` measures both; the README says why llguidance is the default. Each backend
+compiles a grammar once (:class:`GrammarCache`) and hands every row a cheap copy of the compiled start
+state (:class:`RowMatcher`), so rows of different shards in one batch each follow their own grammar.
+
+Copy-constrained values (opt-in, ``copy_from=request``, llguidance only): a literal value must be a
+substring of the request, so a misspelt copy (``recept_scan.png``) cannot be written.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+
+from skillbank.errors import ModelError
+
+MAX_NODES = 12  # TaskBench graphs have at most 10 nodes; the built-in stream 5
+BACKENDS = ("llguidance", "xgrammar")
+DEFAULT_BACKEND = "llguidance"
+
+# One JSON string character: anything but a quote, a backslash or a control character, or an escape.
+_ESC_LARK = r'\\(["\\\/bfnrt]|u[0-9a-fA-F]{4})'
+_CH_LARK = rf'([^"\\\x00-\x1f]|{_ESC_LARK})'
+# A literal value: "", "<", or a string not starting with "<n" (reserved for <node-j> references).
+_FREE_LARK = (rf'/"([^"\\<\x00-\x1f]|{_ESC_LARK}){_CH_LARK}*"|""|"<"|"<([^n"\\\x00-\x1f]|{_ESC_LARK}){_CH_LARK}*"/')
+_FREE_EBNF = {
+    "ch": r'[^"\\\x00-\x1f] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])',
+    "free": r'"\"" ( ([^"\\<\x00-\x1f] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])) ch* '
+            r'| "<" ( ([^n"\\\x00-\x1f] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])) ch* )? )? "\""',
+}
+
+
+# -- the grammar ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SkillSpec:
+    """A skill as the grammar sees it: its id and argument names (None: unknown, any names allowed)."""
+
+    id: str
+    arguments: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Lit:
+    text: str
+
+
+@dataclass(frozen=True)
+class Ref:
+    rule: str
+
+
+@dataclass
+class GraphGrammar:
+    """The grammar of one shard's outputs, kept as rules that render to either library's syntax.
+
+    ``rules`` maps a rule name to its alternatives, each a sequence of :class:`Lit` and :class:`Ref`;
+    ``terminals`` maps a terminal (a whole JSON string value) to its (Lark regex, EBNF body)."""
+
+    fmt: str
+    skills: tuple[SkillSpec, ...]
+    max_nodes: int
+    rules: dict[str, list[tuple]] = field(default_factory=dict)
+    terminals: dict[str, tuple[str, str]] = field(default_factory=dict)
+    copy_from: str | None = None
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.lark().encode()).hexdigest()[:16]
+
+    def lark(self) -> str:
+        """Lark syntax (llguidance, and vLLM's ``guidance`` structured-output backend)."""
+        lines = ["start: g0"]
+        for name, alts in self.rules.items():
+            lines.append(f"{name}: " + _render_alts(alts, upper_terminals=True))
+        for name, (regex, _) in self.terminals.items():
+            lines.append(f"{name.upper()}: {regex}")
+        return "\n".join(lines) + "\n"
+
+    def ebnf(self) -> str:
+        """GBNF/EBNF syntax (xgrammar)."""
+        if self.copy_from is not None:
+            raise ModelError("copy-constrained values need the llguidance backend")
+        lines = ["root ::= g0"]
+        for name, alts in self.rules.items():
+            lines.append(f"{name} ::= " + _render_alts(alts, upper_terminals=False))
+        for name, (_, body) in self.terminals.items():
+            lines.append(f"{name} ::= {body}")
+        for name, body in _FREE_EBNF.items():
+            lines.append(f"{name} ::= {body}")
+        return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class LarkGrammar:
+    """A grammar given as Lark text (a client's ``structured_outputs.grammar``), for the llguidance backend."""
+
+    text: str
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
+
+    def lark(self) -> str:
+        return self.text
+
+    def ebnf(self) -> str:
+        raise ModelError("a Lark grammar needs the llguidance backend")
+
+
+def check_lark(text: str) -> str | None:
+    """Why a Lark grammar does not compile (None when it does), without a tokenizer."""
+    import llguidance
+    try:
+        ok, errors = llguidance.LLMatcher.validate_grammar_with_warnings(text)[:2]
+    except Exception as exc:  # noqa: BLE001 - the library's own message is the answer
+        return str(exc)
+    return None if ok else "; ".join(str(e) for e in errors)[:500] or "invalid grammar"
+
+
+def _lit(text: str) -> str:
+    return json.dumps(text, ensure_ascii=True)
+
+
+def _render_alts(alts: list[tuple], upper_terminals: bool) -> str:
+    """Alternatives joined by ``|``; an empty alternative becomes ``( ... )?`` (an empty literal would be a
+    zero-length lexeme, which llguidance's lexer handles badly at token boundaries)."""
+    body = " | ".join(_render(alt, upper_terminals) for alt in alts if alt)
+    return f"({body})?" if () in alts else body
+
+
+def _render(alt: tuple, upper_terminals: bool) -> str:
+    parts = []
+    for item in alt:
+        if isinstance(item, Lit):
+            if item.text:
+                parts.append(_lit(item.text))
+        elif upper_terminals and item.rule.startswith("t_"):
+            parts.append(item.rule.upper())
+        else:
+            parts.append(item.rule)
+    return " ".join(parts) or '""'
+
+
+def written_name(skill: str, fmt: str, prefix: str) -> str:
+    """How a skill id is written in ``fmt`` (compact strips the shard's family prefix)."""
+    from skillbank.model.serialization import short_name
+    return short_name(skill, prefix) if fmt == "compact" else skill
+
+
+def build_grammar(skills: Sequence[SkillSpec], fmt: str, prefix: str = "", *, max_nodes: int = MAX_NODES,
+                  copy_from: str | None = None) -> GraphGrammar:
+    """The grammar of every output a shard with ``skills`` may write in target format ``fmt``."""
+    from skillbank.model.serialization import check_format
+
+    check_format(fmt)
+    if not skills:
+        raise ModelError("a grammar needs at least one skill")
+    if max_nodes < 1:
+        raise ModelError(f"max_nodes must be >= 1, got {max_nodes}")
+    skills = tuple(sorted(skills, key=lambda s: s.id))
+    g = GraphGrammar(fmt, skills, max_nodes, copy_from=copy_from)
+    g.terminals["t_free"] = (_FREE_LARK if copy_from is None else _copy_lark(copy_from), "free")
+    for i in range(1, max_nodes):
+        refs = "|".join(str(j) for j in range(i))
+        g.terminals[f"t_ref{i}"] = (f'/"<node-({refs})>"/', '"\\"<node-" (' + " | ".join(_lit(str(j)) for j in range(i)) + ') ">\\""')
+    for i in range(max_nodes):
+        g.rules[f"v{i}"] = [(Ref("t_free"),)] + ([(Ref(f"t_ref{i}"),)] if i else [])
+    compact = fmt == "compact"
+    for i in range(max_nodes):
+        alts = []
+        for k, skill in enumerate(skills):
+            obj = f"a{i}_{k}"
+            _arguments(g, obj, skill, i, compact)
+            if compact:
+                alts.append((Lit(written_name(skill.id, fmt, prefix)), Ref(obj)))
+            else:
+                alts.append((Lit('{"task":' + json.dumps(skill.id, ensure_ascii=False) + ',"arguments":['), Ref(obj), Lit("]}")))
+        g.rules[f"n{i}"] = alts
+    if compact:
+        _compact_body(g)
+    else:
+        _json_body(g)
+    return g
+
+
+def _arguments(g: GraphGrammar, name: str, skill: SkillSpec, i: int, compact: bool) -> None:
+    """Rule ``name``: the arguments of ``skill`` at node position ``i`` - each declared name at most once, in
+    sorted order (compact: a JSON object's members; json: a list of {name, value} objects)."""
+    def pair(arg_rule: Ref | Lit) -> tuple:
+        if compact:
+            return (arg_rule, Lit(":"), Ref(f"v{i}"))
+        return (Lit('{"name":'), arg_rule, Lit(',"value":'), Ref(f"v{i}"), Lit("}"))
+
+    open_, close = ("{", "}") if compact else ("", "")
+    if skill.arguments is None:  # specs unknown: any names, as many as the model writes
+        g.rules[name + "p"] = [pair(Ref("t_free"))]
+        g.rules[name] = [(Lit(open_ + close),), (Lit(open_), Ref(name + "p"), Ref(name + "r"), Lit(close))]
+        g.rules[name + "r"] = [(), (Lit(","), Ref(name + "p"), Ref(name + "r"))]
+        return
+    names = sorted(dict.fromkeys(skill.arguments))
+    if not names:
+        g.rules[name] = [(Lit(open_ + close),)]
+        return
+    # r_j: a non-empty, ordered selection from names[j:]; linear in the number of arguments.
+    for j in range(len(names) - 1, -1, -1):
+        p = pair(Lit(json.dumps(names[j], ensure_ascii=False)))
+        alts = [p]
+        if j + 1 < len(names):
+            alts += [p + (Lit(","), Ref(f"{name}r{j + 1}")), (Ref(f"{name}r{j + 1}"),)]
+        g.rules[f"{name}r{j}"] = alts
+    g.rules[name] = [(Lit(open_ + close),), (Lit(open_), Ref(f"{name}r0"), Lit(close))]
+
+
+def _compact_body(g: GraphGrammar) -> None:
+    """Node lines, then at most one line of ``s>t`` links between nodes that exist (no self-loops)."""
+    last = g.max_nodes - 1
+    for i in range(g.max_nodes):
+        alts = [(Ref(f"n{i}"),)]
+        if i < last:
+            alts.append((Ref(f"n{i}"), Lit("\n"), Ref(f"g{i + 1}")))
+        if i >= 1:
+            pairs = [(s, t) for s in range(i + 1) for t in range(i + 1) if s != t]
+            g.rules[f"l{i}p"] = [(Lit(f"{s}>{t}"),) for s, t in pairs]
+            g.rules[f"l{i}"] = [(Ref(f"l{i}p"),), (Ref(f"l{i}p"), Lit(" "), Ref(f"l{i}"))]
+            alts.append((Ref(f"n{i}"), Lit("\n"), Ref(f"l{i}")))
+        g.rules[f"g{i}"] = alts
+
+
+def _json_body(g: GraphGrammar) -> None:
+    """The canonical JSON object: nodes, then links between the shard's skills."""
+    last = g.max_nodes - 1
+    for i in range(g.max_nodes):
+        alts = [(Ref(f"n{i}"),)]
+        if i < last:
+            alts.append((Ref(f"n{i}"), Lit(","), Ref(f"ns{i + 1}")))
+        g.rules[f"ns{i}"] = alts
+    g.rules["g0"] = [(Lit('{"task_nodes":['), Ref("ns0"), Lit('],"task_links":['), Ref("links"), Lit("]}"))]
+    g.rules["sk"] = [(Lit(json.dumps(s.id, ensure_ascii=False)),) for s in g.skills]
+    g.rules["link"] = [(Lit('{"source":'), Ref("sk"), Lit(',"target":'), Ref("sk"), Lit("}"))]
+    g.rules["links"] = [(), (Ref("link"), Ref("linkr"))]
+    g.rules["linkr"] = [(), (Lit(","), Ref("link"), Ref("linkr"))]
+
+
+def _copy_lark(request: str) -> str:
+    """A literal value that is a substring of ``request`` (JSON-escaped), or a lone "<"-free empty string."""
+    chunks = [json.dumps(c, ensure_ascii=False)[1:-1] for c in request]  # an escape is one chunk, never cut
+    return '"\\"" %regex ' + json.dumps({"substring_chunks": chunks}, ensure_ascii=False) + ' "\\""'
+
+
+# -- from a shard's files ------------------------------------------------------------------------------
+def specs_from_skills_json(data: dict, where: str) -> tuple[list[SkillSpec], bool]:
+    """Skill specs from a shard's ``skills.json``; the flag is False when argument specs are missing
+    (a bank made before catalogs were stored): those skills take any argument names."""
+    if not isinstance(data, dict) or not isinstance(data.get("skills"), list) or \
+            not all(isinstance(s, str) and s for s in data["skills"]):
+        raise ModelError(f"{where}: malformed skills.json (expected {{\"skills\": [skill ids], \"specs\": [...]}})")
+    specs = data.get("specs") or []
+    if not isinstance(specs, list):
+        raise ModelError(f"{where}: malformed skills.json ('specs' must be a list)")
+    by_id = {}
+    for k, s in enumerate(specs):
+        try:
+            args = s["arguments"]
+            by_id[s["id"]] = tuple(a["name"] for a in args)
+        except (KeyError, TypeError):
+            raise ModelError(f"{where}: malformed skills.json (spec {k} needs 'id' and 'arguments' with names)") from None
+    complete = all(sid in by_id for sid in data["skills"])
+    return [SkillSpec(sid, by_id.get(sid)) for sid in data["skills"]], complete
+
+
+# -- backends ------------------------------------------------------------------------------------------
+class RowMatcher:
+    """One row's position in its grammar: fills the row's allowed-token bitmask, consumes its tokens."""
+
+    def fill(self, bitmask: torch.Tensor, row: int) -> None: ...
+    def consume(self, token: int) -> bool: ...
+    @property
+    def error(self) -> str: ...
+
+
+class _LLGuidanceRow(RowMatcher):
+    def __init__(self, matcher):
+        self.m = matcher
+
+    def fill(self, bitmask, row):
+        v = bitmask[row]
+        self.m.unsafe_compute_mask_ptr(v.data_ptr(), v.numel() * v.element_size())
+
+    def consume(self, token):
+        return self.m.consume_token(token)
+
+    @property
+    def error(self):
+        return self.m.get_error()
+
+
+class _XGrammarRow(RowMatcher):
+    def __init__(self, matcher):
+        self.m = matcher
+
+    def fill(self, bitmask, row):
+        self.m.fill_next_token_bitmask(bitmask, row)
+
+    def consume(self, token):
+        return self.m.accept_token(token)
+
+    @property
+    def error(self):
+        return "xgrammar rejected the token"
+
+
+class GrammarCache:
+    """Compiles each grammar once per tokenizer and backend, and hands out fresh row matchers.
+
+    ``stops`` are the ids that end a generation: the grammar allows them exactly when it is complete.
+    ``vocab_size`` is the model's logits width (it may exceed the tokenizer's)."""
+
+    def __init__(self, tokenizer, stops: Iterable[int], vocab_size: int, backend: str = DEFAULT_BACKEND):
+        if backend not in BACKENDS:
+            raise ModelError(f"unknown grammar backend {backend!r}; choose one of {list(BACKENDS)}")
+        self.backend, self.vocab_size = backend, int(vocab_size)
+        self.stops = sorted(set(stops))
+        self._lock = threading.Lock()
+        self._compiled: dict[str, object] = {}
+        self.compile_seconds: dict[str, float] = {}  # grammar digest -> seconds its compilation took
+        t0 = time.perf_counter()
+        if backend == "llguidance":
+            import llguidance.hf
+            try:
+                self._tok = llguidance.hf.from_tokenizer(tokenizer, n_vocab=self.vocab_size, eos_token=self.stops)
+            except ValueError as exc:
+                raise ModelError(f"structured decoding needs a fast (Rust) tokenizer: {exc}") from None
+        else:
+            import xgrammar
+            info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size,
+                                                           stop_token_ids=self.stops)
+            self._tok = xgrammar.GrammarCompiler(info, cache_enabled=False)
+        self.tokenizer_seconds = time.perf_counter() - t0
+
+    def bitmask(self, rows: int) -> torch.Tensor:
+        return torch.full((rows, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)
+
+    def compile(self, grammar: GraphGrammar):
+        key = grammar.digest
+        with self._lock:
+            if key not in self._compiled:
+                t0 = time.perf_counter()
+                self._compiled[key] = self._compile(grammar)
+                self.compile_seconds[key] = time.perf_counter() - t0
+            return self._compiled[key]
+
+    def _compile(self, grammar: GraphGrammar):
+        if self.backend == "llguidance":
+            import llguidance
+            matcher = llguidance.LLMatcher(self._tok, grammar.lark(), log_level=0)
+            if matcher.is_error():
+                raise ModelError(f"grammar does not compile: {matcher.get_error()}")
+            return matcher
+        return self._tok.compile_grammar(grammar.ebnf())
+
+    def matcher(self, grammar: GraphGrammar) -> RowMatcher:
+        """A fresh matcher at the grammar's start (the compiled grammar is reused)."""
+        compiled = self.compile(grammar)
+        if self.backend == "llguidance":
+            return _LLGuidanceRow(compiled.deep_copy())
+        import xgrammar
+        return _XGrammarRow(xgrammar.GrammarMatcher(compiled))
+
+
+def grammar_cache(model, tokenizer, backend: str = DEFAULT_BACKEND) -> GrammarCache:
+    """The grammar cache of a (model, tokenizer) pair, made once and kept on the tokenizer (converting a
+    tokenizer for the library takes ~0.5 s; every shard of a bank shares the base's tokenizer)."""
+    from skillbank.model.prompts import stop_token_ids
+
+    caches = getattr(tokenizer, "_skillbank_grammar_caches", None)
+    if caches is None:
+        caches = {}
+        try:
+            tokenizer._skillbank_grammar_caches = caches
+        except AttributeError:  # a tokenizer that refuses new attributes: no reuse across calls
+            pass
+    config = getattr(model.get_base_model() if hasattr(model, "get_base_model") else model, "config", None)
+    vocab = int(getattr(config, "vocab_size", 0) or len(tokenizer))
+    key = (backend, vocab)
+    if key not in caches:
+        caches[key] = GrammarCache(tokenizer, stop_token_ids(tokenizer, model), vocab, backend)
+    return caches[key]
+
+
+def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
+    """Set every logit whose bit is 0 to -inf, in place ([rows, vocab] logits, [rows, ceil(vocab/32)]
+    int32 bitmask, bit k of word w = token 32w+k). Plain torch: the libraries' own helpers use
+    torch.compile or CUDA kernels, which a CPU-only install should not need."""
+    vocab = logits.shape[-1]
+    as_bytes = bitmask.contiguous().view(torch.uint8)  # little-endian: byte b holds tokens 8b..8b+7
+    shifts = torch.arange(8, dtype=torch.uint8)
+    allowed = ((as_bytes.unsqueeze(-1) >> shifts) & 1).flatten(1)[:, :vocab].bool()
+    logits.masked_fill_(~allowed.to(logits.device), float("-inf"))
+
+
+def allowed_tokens(bitmask_row: torch.Tensor, vocab: int) -> np.ndarray:
+    """Ids allowed by one bitmask row (for tests and diagnostics)."""
+    bits = np.unpackbits(bitmask_row.numpy().view(np.uint8), bitorder="little")[:vocab]
+    return np.flatnonzero(bits)

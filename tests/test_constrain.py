@@ -1,0 +1,218 @@
+"""Structured decoding: each shard's grammar accepts every gold graph of its family and nothing off-catalog;
+constrained rows of different shards share a batch; failures are invalid plans with the reason."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from skillbank.data.builtin import build_builtin_stream
+from skillbank.errors import BankError
+from skillbank.model.base import BaseModelConfig, load_base
+from skillbank.model.constrain import (SkillSpec, allowed_tokens, build_grammar, grammar_cache,
+                                       specs_from_skills_json)
+from skillbank.model.decode import RowBatch
+from skillbank.model.generate import generate, generate_for_requests
+from skillbank.model.prompts import render_prompt
+from skillbank.model.serialization import decode_output, encode
+from skillbank.train.executor import common_prefix
+
+from conftest import SHARED_TASKBENCH
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    return load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False)
+
+
+@pytest.fixture(scope="module")
+def stream():
+    return build_builtin_stream(seed=0, train_per_family=40, test_per_family=10)
+
+
+def family_grammar(catalog, family, fmt, **kw):
+    ids = catalog.family(family).skills
+    specs = [SkillSpec(s, catalog.skills[s].argument_names) for s in ids]
+    return build_grammar(specs, fmt, common_prefix(sorted(ids)), **kw), common_prefix(sorted(ids))
+
+
+def accepts(tiny, grammar, text: str) -> bool:
+    """Whether the grammar lets a row write ``text`` (in the tokenizer's own tokenization) and then stop."""
+    cache = grammar_cache(tiny.model, tiny.tokenizer)
+    matcher = cache.matcher(grammar)
+    ids = tiny.tokenizer(text, add_special_tokens=False)["input_ids"] + [cache.stops[0]]
+    return all(matcher.consume(t) for t in ids)
+
+
+@pytest.mark.parametrize("fmt", ["compact", "json"])
+def test_every_gold_graph_of_a_family_is_in_its_grammar(tiny, stream, fmt):
+    for family in stream.family_keys:
+        grammar, prefix = family_grammar(stream.catalog, family, fmt)
+        for r in stream.train[family] + stream.test[family]:
+            assert accepts(tiny, grammar, encode(r.graph, fmt, prefix)), (family, r.id)
+
+
+@pytest.mark.skipif(not SHARED_TASKBENCH.is_dir(), reason="TaskBench sample not present")
+def test_taskbench_gold_graphs_are_in_their_family_grammars(tiny):
+    from skillbank.data.taskbench import load_taskbench
+    tb = load_taskbench(SHARED_TASKBENCH, train_per_family=1000, test_per_family=0)
+    n = 0
+    for family in tb.family_keys:
+        for fmt in ("compact", "json"):
+            grammar, prefix = family_grammar(tb.catalog, family, fmt)
+            for r in tb.train[family]:
+                assert accepts(tiny, grammar, encode(r.graph, fmt, prefix)), (family, r.id, fmt)
+                n += 1
+    assert n > 300
+
+
+def test_grammar_refuses_what_the_shard_does_not_know(tiny, stream):
+    family = stream.family_keys[0]  # daily life: compact names like set_alarm{"time":...}
+    grammar, prefix = family_grammar(stream.catalog, family, "compact")
+    assert accepts(tiny, grammar, 'set_alarm{"time":"07:00"}')
+    assert accepts(tiny, grammar, 'set_alarm{}')
+    for bad in ['book_table{"time":"07:00"}',                    # a skill no shard has
+                'set_alarm{"hour":"07:00"}',                     # an undeclared argument
+                'set_alarm{"time":"07:00","time":"08:00"}',      # an argument twice
+                'set_alarm{"time":"<node-0>"}',                  # a reference with no earlier node
+                'set_alarm{"time":"07:00"}\nset_alarm{"time":"<node-1>"}',  # a self reference
+                'set_alarm{"time":"07:00"}\nget_news{"topic":"x"}\n0>0',  # a self-loop
+                'set_alarm{"time":"07:00"}\nget_news{"topic":"x"}\n0>2',  # a link to a node that is not there
+                'set_alarm{"time":"07:00"} thanks!',             # text after the graph
+                'Sure! set_alarm{"time":"07:00"}',               # text before it
+                '']:
+        assert not accepts(tiny, grammar, bad), bad
+    assert accepts(tiny, grammar, 'set_alarm{"time":"07:00"}\nget_news{"topic":"x"}\n1>0')
+
+
+def test_json_grammar_is_the_canonical_contract(tiny, stream):
+    family = stream.family_keys[1]
+    grammar, _ = family_grammar(stream.catalog, family, "json")
+    skill = stream.catalog.family(family).skills[0]
+    arg = stream.catalog.skills[skill].argument_names[0]
+    node = {"task": skill, "arguments": [{"name": arg, "value": "x"}]}
+    good = json.dumps({"task_nodes": [node], "task_links": []}, separators=(",", ":"))
+    assert accepts(tiny, grammar, good)
+    assert not accepts(tiny, grammar, good.replace(skill, skill + "_v2"))
+    assert not accepts(tiny, grammar, json.dumps({"task_nodes": [node], "task_links": []}))  # not compact JSON
+    assert not accepts(tiny, grammar, good.replace(f'"name":"{arg}"', '"name":"nope"'))
+
+
+def test_copy_constrained_values_must_come_from_the_request(tiny, stream):
+    family = stream.family_keys[0]
+    request = 'wake me at 07:15 and say "rise & shine"'
+    grammar, _ = family_grammar(stream.catalog, family, "compact", copy_from=request)
+    assert accepts(tiny, grammar, 'set_alarm{"time":"07:15"}')
+    assert not accepts(tiny, grammar, 'set_alarm{"time":"07:51"}')
+    assert not accepts(tiny, grammar, 'set_alarm{"time":"7:15 AM"}')
+
+
+def test_specs_missing_fall_back_to_ids_and_malformed_is_an_error():
+    specs, complete = specs_from_skills_json({"skills": ["A::f::x"], "specs": []}, "s.json")
+    assert specs == [SkillSpec("A::f::x", None)] and not complete
+    specs, complete = specs_from_skills_json(
+        {"skills": ["A::f::x"], "specs": [{"id": "A::f::x", "arguments": [{"name": "q"}]}]}, "s.json")
+    assert specs == [SkillSpec("A::f::x", ("q",))] and complete
+    with pytest.raises(Exception, match="s.json: malformed skills.json"):
+        specs_from_skills_json({"skills": "x"}, "s.json")
+
+
+def test_a_grammar_for_the_whole_catalog_compiles(tiny, stream):
+    """100 skills in one grammar (every family together): compiles and accepts a graph of any family."""
+    ids = sorted(stream.catalog.skills)
+    grammar = build_grammar([SkillSpec(s, stream.catalog.skills[s].argument_names) for s in ids], "compact",
+                            common_prefix(ids))
+    r = stream.test[stream.family_keys[-1]][0]
+    assert len(ids) == 100 and accepts(tiny, grammar, encode(r.graph, "compact", common_prefix(ids)))
+
+
+def test_constrained_generation_writes_only_its_own_grammar_in_a_mixed_batch(tiny, stream):
+    """Rows of two grammars share one batch; each writes only its own family's skills, stops only where
+    the graph ends (or reports the cap), and a row's output does not depend on its batch-mates."""
+    fams = stream.family_keys[:2]
+    grammars = {k: family_grammar(stream.catalog, k, "compact") for k in fams}
+    reqs = [(k, r.request) for k in fams for r in stream.test[k][:3]]
+    prompts = [render_prompt(tiny.tokenizer, q) for _, q in reqs]
+    rules = [grammars[k][0] for k, _ in reqs]
+    mixed = generate(tiny.model, tiny.tokenizer, prompts, batch_size=6, max_new_tokens=40, grammars=rules)
+    alone = [generate(tiny.model, tiny.tokenizer, [p], batch_size=1, max_new_tokens=40, grammars=[g])[0]
+             for p, g in zip(prompts, rules)]
+    assert [o.text for o in mixed] == [o.text for o in alone]
+    for (k, _), o in zip(reqs, mixed):
+        prefix = grammars[k][1]
+        parsed = decode_output(o.text, "compact", prefix, stopped=o.stopped, reason=o.reason)
+        if o.stopped:
+            assert parsed.valid and set(parsed.graph.tasks) <= set(stream.catalog.family(k).skills)
+        else:
+            assert not parsed.valid and "token cap" in parsed.error and o.n_tokens == 40
+        # every prefix the row wrote is inside its grammar: the first line names one of its own skills
+        first = o.text.split("{", 1)[0]
+        assert any(s.endswith("::" + first) for s in stream.catalog.family(k).skills), o.text
+
+
+def test_confidence_is_the_models_own_log_probability(tiny, stream):
+    """mean_logprob of a constrained row is read from the unconstrained distribution (not renormalised over
+    the allowed tokens): teacher-forcing the generated tokens reproduces it."""
+    grammar, _ = family_grammar(stream.catalog, stream.family_keys[0], "compact")
+    prompt = render_prompt(tiny.tokenizer, stream.test[stream.family_keys[0]][0].request)
+    out = generate(tiny.model, tiny.tokenizer, [prompt], max_new_tokens=12, grammars=[grammar])[0]
+    p_ids = tiny.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    g_ids = tiny.tokenizer(out.text, add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([p_ids + g_ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(tiny.model(ids).logits.float(), -1)[0]
+    forced = [logp[len(p_ids) - 1 + i, t].item() for i, t in enumerate(g_ids)]
+    if len(g_ids) == out.n_tokens:  # the decoded text re-tokenizes to the generated tokens
+        assert abs(sum(forced) / len(forced) - out.mean_logprob) < 1e-3
+    assert out.mean_logprob < 0
+
+
+def test_a_dead_end_is_reported_not_guessed(tiny):
+    """A grammar whose only continuation is a token the vocabulary cannot complete ends the row invalid."""
+
+    class Stuck:
+        error = ""
+
+        def fill(self, bitmask, row):
+            bitmask[row] = 0  # nothing allowed
+
+        def consume(self, token):
+            raise AssertionError("a dead row must not consume")
+
+    batch = RowBatch(tiny.model, tiny.tokenizer, tiny)
+    batch.add([render_prompt(tiny.tokenizer, "x")], ["k"], [None], [8], [Stuck()])
+    [(row, decoded)] = batch.step()
+    assert not decoded.stopped and decoded.reason.startswith("grammar dead end")
+    assert not decode_output(decoded.text, "compact", stopped=False, reason=decoded.reason).valid
+
+
+def test_bank_plans_are_constrained_by_default(tmp_path, tiny_model_dir, small_stream, capsys):
+    from serve_helpers import build_bank
+
+    from skillbank.memory.bank import SkillBank
+    k1, k2 = small_stream.family_keys[:2]
+    root = build_bank(tmp_path / "bank", tiny_model_dir, small_stream, [k1, k2])
+    bank = SkillBank.open(root, base=load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False))
+    reqs = [r.request for k in (k1, k2) for r in small_stream.test[k]]
+    plans = bank.plan(reqs, max_new_tokens=24)
+    for p in plans:
+        assert p.constrained
+        owned = set(bank.manifest.shards[bank.shard_names.index(p.shard)].skills)
+        assert (p.graph is not None and {n["task"] for n in p.graph["task_nodes"]} <= owned) or \
+            "token cap" in p.error
+    free = bank.plan(reqs, max_new_tokens=24, constrain=False)
+    assert not any(p.constrained for p in free)
+
+    # a shard from before catalogs were stored: ids only, with a one-line warning; a broken file is named
+    entry = bank.manifest.shards[0]
+    skills_json = root / entry.dir / "skills.json"
+    data = json.loads(skills_json.read_text())
+    bank.execution.register(entry.name, root / entry.dir, entry)  # drop the cached grammar
+    skills_json.write_text(json.dumps({"family": data["family"], "skills": data["skills"]}))
+    bank.plan(reqs[:1], shard=entry.name, max_new_tokens=8)
+    assert "has no argument specs" in capsys.readouterr().err
+    bank.execution.register(entry.name, root / entry.dir, entry)
+    skills_json.write_text("{not json")
+    with pytest.raises(BankError, match=r"skills.json: malformed skills.json"):
+        bank.plan(reqs[:1], shard=entry.name, max_new_tokens=8)
