@@ -412,3 +412,33 @@ def test_prefix_reuse_matches_whole_prompt_prefill(client, small_stream):
     # adapters changed: the prefixes are dropped rather than reused stale
     batch.forget_prefixes()
     assert batch.prefixes.entries == {}
+
+
+def test_hostile_input_is_refused_cleanly(bank_dir, tiny_model_dir, small_stream):
+    """Each of these was a 500 or got through before: a lone surrogate in a request, a non-string text part,
+    a NUL byte in a path, a chunked body past the limit, a family name with a trailing newline."""
+    import httpx
+
+    from skillbank.errors import BankError
+    from skillbank.memory.bank import check_family_name
+
+    k1 = small_stream.family_keys[0]
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, admin_token="t"), base=fresh_base(tiny_model_dir))
+    with live_server(app) as url, httpx.Client(base_url=url, timeout=60) as http:
+        lone = b'{"request": "book \\ud800 a table", "shard": "' + k1.encode() + b'"}'
+        assert_error(http.post("/v1/plan", content=lone, headers={"content-type": "application/json"}),
+                     422, "not valid Unicode")
+        part = {"model": k1, "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}
+        assert_error(http.post("/v1/chat/completions", json=part), 400, "string 'text'")
+        assert_error(http.post("/v1/load_lora_adapter", headers={"Authorization": "Bearer t"},
+                               json={"lora_name": k1, "lora_path": "/tmp/\u0000x"}), 422, "NUL byte")
+
+        def chunks():
+            for _ in range(40):
+                yield b"x" * 65536  # 2.6 MB with no Content-Length: past the 1 MB limit
+        assert_error(http.post("/v1/plan", content=chunks(), headers={"content-type": "application/json"}),
+                     413, "over the limit")
+        # the same client connection pool keeps working
+        assert http.post("/v1/plan", json={"request": "book a table", "shard": k1}).status_code == 200
+    with pytest.raises(BankError, match="invalid family name"):
+        check_family_name("nl\n")

@@ -81,3 +81,40 @@ def test_learning_in_upstream_mode_loads_the_new_shard_upstream(tmp_path, bank_d
                          json={"lora_name": k3, "lora_path": "/etc"})
         assert bad.status_code == 409 and "is at" in bad.json()["error"]["message"]
         assert httpx.post(upstream + "/v1/load_lora_adapter", json={"lora_name": k3, "lora_path": "/etc"}).status_code == 401
+
+
+def test_upstream_mode_sends_the_shard_grammar_and_the_upstream_follows_it(bank_dir, small_stream):
+    """The front sends each job's shard grammar as vLLM's ``structured_outputs``; the stand-in upstream
+    decodes under the grammar it is sent (a narrower one than its own shard's is obeyed too); a grammar
+    that does not compile is a 400."""
+    from skillbank.memory.execution import read_skills_json, shard_grammar
+    from skillbank.memory.bank import read_manifest
+
+    k1 = small_stream.family_keys[0]
+    req = small_stream.test[k1][0].request
+    entry = read_manifest(bank_dir).shards[0]
+    grammar = shard_grammar(entry, read_skills_json(bank_dir / entry.dir / "skills.json"), "skills.json")
+    with serve_process(bank_dir, "--max-new-tokens", str(MAX_NEW)) as upstream:
+        front = create_app(bank_dir, ServeConfig(upstream=upstream, max_new_tokens=MAX_NEW))
+        with TestClient(front) as c:
+            plan = c.post("/v1/plan", json={"request": req, "shard": k1}).json()["plans"][0]
+            assert plan["constrained"]
+        metrics = httpx.get(upstream + "/metrics").text
+        assert "skillbank_structured_output_requests_total 1.0" in metrics
+        # The same grammar sent by hand gives the same output as the front's job.
+        chat = {"model": k1, "messages": [{"role": "user", "content": req}], "max_tokens": MAX_NEW}
+        sent = httpx.post(upstream + "/v1/chat/completions", timeout=60,
+                          json={**chat, "structured_outputs": {"grammar": grammar.lark()}}).json()
+        assert sent["skillbank"]["valid"] == plan["valid"]
+        # A narrower grammar: one fixed node. The upstream writes exactly it.
+        skill = entry.skills[0].removeprefix(entry.family_prefix)
+        only = 'start: "' + skill + '{}"\n' if entry.target_format == "compact" else None
+        if only:
+            fixed = httpx.post(upstream + "/v1/chat/completions", timeout=60,
+                               json={**chat, "structured_outputs": {"grammar": only}}).json()
+            assert fixed["skillbank"]["valid"]
+            assert json.loads(fixed["choices"][0]["message"]["content"])["task_nodes"] == [
+                {"task": entry.skills[0], "arguments": []}]
+        bad = httpx.post(upstream + "/v1/chat/completions", timeout=60,
+                         json={**chat, "structured_outputs": {"grammar": "start: ("}})
+        assert bad.status_code == 400 and "does not compile" in bad.json()["error"]["message"]

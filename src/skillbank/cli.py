@@ -354,6 +354,40 @@ def plan(
         print(json.dumps(d, ensure_ascii=False))
 
 
+@app.command("decoding-eval")
+@friendly_errors
+def decoding_eval(
+    bank: Path = typer.Argument(..., help="The bank."),
+    stream_dir: Optional[Path] = typer.Option(None, "--stream", help="Evaluate this stream's held-out requests."),
+    records: List[Path] = typer.Option([], "--records", help="Records JSONL (repeatable), e.g. the paraphrase set "
+                                       "tests/fixtures/paraphrase_builtin.jsonl."),
+    out_dir: Path = typer.Option(..., "--out", help="Output directory: decoding.json, decoding.md, decoding.png."),
+    copy_values: bool = typer.Option(False, "--copy-values", help="Also measure copy-constrained values."),
+    free: bool = typer.Option(True, "--free/--no-free", help="Measure free decoding too (the reference)."),
+    max_new_tokens: int = typer.Option(256, help="Generation cap."),
+    batch_size: int = typer.Option(16, help="Requests generated together."),
+):
+    """Free vs constrained decoding of the same routed requests over one bank, in one run."""
+    from skillbank.data.records import read_records
+    from skillbank.data.stream import Stream
+    from skillbank.memory.bank import SkillBank
+    from skillbank.report.decoding import evaluate_decoding, render_markdown, write
+    sets = {}
+    if stream_dir is not None:
+        stream = Stream.load(stream_dir)
+        sets[f"held-out ({stream.name})"] = [r for k in stream.family_keys for r in stream.test[k]]
+    for path in records:
+        sets[path.stem] = read_records(path).records
+    if not sets:
+        raise typer.BadParameter("give --stream and/or --records")
+    sb = SkillBank.open(bank)
+    modes = (("free",) if free else ()) + ("constrained",) + (("copy",) if copy_values else ())
+    result = evaluate_decoding(sb, sets, modes, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                               say=lambda m: err.print(m, highlight=False))
+    write(result, out_dir)
+    out.print(render_markdown(result))
+
+
 @app.command()
 @friendly_errors
 def info(bank: Path = typer.Argument(..., help="The bank."), as_json: bool = typer.Option(False, "--json")):

@@ -52,7 +52,7 @@ def dir_digests(directory: Path) -> dict[str, str]:
 
 def check_family_name(name: str) -> str:
     """Family names become directory names: refuse anything path-like."""
-    if not isinstance(name, str) or not FAMILY_NAME.match(name):
+    if not isinstance(name, str) or not FAMILY_NAME.fullmatch(name):  # match + "$" would let "nl\n" through
         raise BankError(f"invalid family name {name!r}: use 1-64 letters, digits, '_' or '-', starting with a letter or digit")
     return name
 

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -87,10 +89,39 @@ class GraphGrammar:
     rules: dict[str, list[tuple]] = field(default_factory=dict)
     terminals: dict[str, tuple[str, str]] = field(default_factory=dict)
     copy_from: str | None = None
+    prefix: str = ""
+    prior: tuple[str, ...] | None = None
+    _variants: dict = field(default_factory=dict, repr=False, compare=False)
+    _digest: str | None = field(default=None, repr=False, compare=False)
+
+    def variant(self, prior: tuple[str, ...]) -> "GraphGrammar":
+        """The prefix grammar after the nodes ``prior`` (see :func:`build_grammar`), built once."""
+        if prior not in self._variants:
+            self._variants[prior] = build_grammar(self.skills, self.fmt, self.prefix, max_nodes=self.max_nodes,
+                                                  copy_from=self.copy_from, prior=prior)
+        return self._variants[prior]
+
+    def plan_nodes(self, text: str) -> list[str] | None:
+        """The skill ids of the nodes whose skill is complete in ``text`` (a partial output), in order; None
+        when a name is not one of the grammar's skills."""
+        if self.fmt == "compact":
+            names = [line[:line.index("{")] for line in text.split("\n") if "{" in line]
+        else:
+            names = [json.loads(m) for m in re.findall(r'\{"task":("(?:[^"\\]|\\.)*")', text)]
+        ids = self._ids()
+        out = [ids.get(n) for n in names]
+        return None if None in out else out
+
+    def _ids(self) -> dict[str, str]:
+        if "_ids" not in self._variants:
+            self._variants["_ids"] = {written_name(s.id, self.fmt, self.prefix): s.id for s in self.skills}
+        return self._variants["_ids"]
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(self.lark().encode()).hexdigest()[:16]
+        if self._digest is None:
+            self._digest = hashlib.sha256(self.lark().encode()).hexdigest()[:16]
+        return self._digest
 
     def lark(self) -> str:
         """Lark syntax (llguidance, and vLLM's ``guidance`` structured-output backend)."""
@@ -136,10 +167,10 @@ def check_lark(text: str) -> str | None:
     """Why a Lark grammar does not compile (None when it does), without a tokenizer."""
     import llguidance
     try:
-        ok, errors = llguidance.LLMatcher.validate_grammar_with_warnings(text)[:2]
+        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(text)
     except Exception as exc:  # noqa: BLE001 - the library's own message is the answer
         return str(exc)
-    return None if ok else "; ".join(str(e) for e in errors)[:500] or "invalid grammar"
+    return ("; ".join(str(m).strip() for m in messages)[:500] or "invalid grammar") if is_error else None
 
 
 def _lit(text: str) -> str:
@@ -173,8 +204,15 @@ def written_name(skill: str, fmt: str, prefix: str) -> str:
 
 
 def build_grammar(skills: Sequence[SkillSpec], fmt: str, prefix: str = "", *, max_nodes: int = MAX_NODES,
-                  copy_from: str | None = None) -> GraphGrammar:
-    """The grammar of every output a shard with ``skills`` may write in target format ``fmt``."""
+                  copy_from: str | None = None, prior: tuple[str, ...] | None = None) -> GraphGrammar:
+    """The grammar of every output a shard with ``skills`` may write in target format ``fmt``.
+
+    prior: None for the whole grammar (what an upstream server or xgrammar gets). A tuple of skill ids gives
+        the *prefix grammar* the local decoder switches to as a plan grows (:class:`_PlanRow`): those nodes,
+        exactly as written, then optionally one more node of a skill not among them, or the links between
+        them and the end. It makes what a context-free grammar over the whole plan cannot: no skill twice
+        (links join skill ids, so a repeated skill would be a self-loop) and, in ``json``, links only
+        between the plan's own nodes, earlier to later."""
     from skillbank.model.serialization import check_format
 
     check_format(fmt)
@@ -183,29 +221,69 @@ def build_grammar(skills: Sequence[SkillSpec], fmt: str, prefix: str = "", *, ma
     if max_nodes < 1:
         raise ModelError(f"max_nodes must be >= 1, got {max_nodes}")
     skills = tuple(sorted(skills, key=lambda s: s.id))
-    g = GraphGrammar(fmt, skills, max_nodes, copy_from=copy_from)
+    g = GraphGrammar(fmt, skills, max_nodes, copy_from=copy_from, prefix=prefix, prior=prior)
     g.terminals["t_free"] = (_FREE_LARK if copy_from is None else _copy_lark(copy_from), "free")
     for i in range(1, max_nodes):
         refs = "|".join(str(j) for j in range(i))
         g.terminals[f"t_ref{i}"] = (f'/"<node-({refs})>"/', '"\\"<node-" (' + " | ".join(_lit(str(j)) for j in range(i)) + ') ">\\""')
     for i in range(max_nodes):
         g.rules[f"v{i}"] = [(Ref("t_free"),)] + ([(Ref(f"t_ref{i}"),)] if i else [])
-    compact = fmt == "compact"
-    for i in range(max_nodes):
-        alts = []
-        for k, skill in enumerate(skills):
-            obj = f"a{i}_{k}"
-            _arguments(g, obj, skill, i, compact)
-            if compact:
-                alts.append((Lit(written_name(skill.id, fmt, prefix)), Ref(obj)))
-            else:
-                alts.append((Lit('{"task":' + json.dumps(skill.id, ensure_ascii=False) + ',"arguments":['), Ref(obj), Lit("]}")))
-        g.rules[f"n{i}"] = alts
-    if compact:
-        _compact_body(g)
+    if prior is None:
+        for i in range(max_nodes):
+            g.rules[f"n{i}"] = [_node(g, skill, i, f"a{i}_{k}") for k, skill in enumerate(skills)]
+        _compact_body(g) if fmt == "compact" else _json_body(g)
     else:
-        _json_body(g)
+        _prefix_body(g, prior)
     return g
+
+
+def _node(g: GraphGrammar, skill: SkillSpec, i: int, obj: str) -> tuple:
+    """One node of ``skill`` at position ``i`` (its arguments in rule ``obj``)."""
+    _arguments(g, obj, skill, i, g.fmt == "compact")
+    if g.fmt == "compact":
+        return (Lit(written_name(skill.id, g.fmt, g.prefix)), Ref(obj))
+    return (Lit('{"task":' + json.dumps(skill.id, ensure_ascii=False) + ',"arguments":['), Ref(obj), Lit("]}"))
+
+
+def _prefix_body(g: GraphGrammar, prior: tuple[str, ...]) -> None:
+    by_id = {s.id: s for s in g.skills}
+    unknown = [sid for sid in prior if sid not in by_id]
+    if unknown or len(set(prior)) != len(prior) or len(prior) > g.max_nodes:
+        raise ModelError(f"not a plan prefix of this grammar: {list(prior)}")
+    p, compact = len(prior), g.fmt == "compact"
+    fixed = [_node(g, by_id[sid], i, f"f{i}") for i, sid in enumerate(prior)]
+    more = [_node(g, s, p, f"c{k}") for k, s in enumerate(g.skills) if s.id not in prior] if p < g.max_nodes else []
+    g.terminals["t_any"] = (r"/(.|\n)+/", "")  # past the next node: the decoder has switched grammars by then
+    if more:
+        g.rules["next"] = more
+    sep = Lit("\n") if compact else Lit(",")
+    body: list = []
+    for i, node in enumerate(fixed):
+        body += ([sep] if i else []) + list(node)
+    endings = []
+    if compact:
+        if p >= 1:
+            endings.append(())
+        if p >= 2:
+            g.rules["lp"] = [(Lit(f"{s}>{t}"),) for s in range(p) for t in range(s + 1, p)]
+            g.rules["links"] = [(Ref("lp"),), (Ref("lp"), Lit(" "), Ref("links"))]
+            endings.append((Lit("\n"), Ref("links")))
+        if more:
+            endings.append(((sep,) if p else ()) + (Ref("next"), Ref("tail")))
+        g.rules["tail"] = [(), (Lit("\n"), Ref("t_any"))]
+        g.rules["g0"] = [tuple(body) + e for e in endings]
+    else:
+        if p >= 1:
+            pairs = [(a, b) for i, a in enumerate(prior) for b in prior[i + 1:]]
+            g.rules["link"] = [(Lit('{"source":' + json.dumps(a, ensure_ascii=False) + ',"target":'
+                                    + json.dumps(b, ensure_ascii=False) + "}"),) for a, b in pairs] or [(Lit("x"),)]
+            g.rules["links"] = [(), (Ref("link"), Ref("linkr"))] if pairs else [()]
+            g.rules["linkr"] = [(), (Lit(","), Ref("link"), Ref("linkr"))]
+            endings.append((Lit('],"task_links":['), Ref("links"), Lit("]}")))
+        if more:
+            endings.append(((sep,) if p else ()) + (Ref("next"), Ref("tail")))
+        g.rules["tail"] = [(), (Ref("t_any"),)]
+        g.rules["g0"] = [(Lit('{"task_nodes":['),) + tuple(body) + e for e in endings]
 
 
 def _arguments(g: GraphGrammar, name: str, skill: SkillSpec, i: int, compact: bool) -> None:
@@ -244,7 +322,7 @@ def _compact_body(g: GraphGrammar) -> None:
         if i < last:
             alts.append((Ref(f"n{i}"), Lit("\n"), Ref(f"g{i + 1}")))
         if i >= 1:
-            pairs = [(s, t) for s in range(i + 1) for t in range(i + 1) if s != t]
+            pairs = [(s, t) for s in range(i + 1) for t in range(s + 1, i + 1)]  # nodes are in execution order
             g.rules[f"l{i}p"] = [(Lit(f"{s}>{t}"),) for s, t in pairs]
             g.rules[f"l{i}"] = [(Ref(f"l{i}p"),), (Ref(f"l{i}p"), Lit(" "), Ref(f"l{i}"))]
             alts.append((Ref(f"n{i}"), Lit("\n"), Ref(f"l{i}")))
@@ -319,6 +397,48 @@ class _LLGuidanceRow(RowMatcher):
         return self.m.get_error()
 
 
+class _PlanRow(RowMatcher):
+    """A row that follows a plan's prefix grammars (llguidance): each time a node's skill is complete in the
+    text so far, the row switches to the grammar after those nodes (:meth:`GraphGrammar.variant`) and replays
+    its tokens into it. So a skill cannot be written twice and JSON links join only the plan's own nodes,
+    earlier to later - every output that stops is a valid graph."""
+
+    def __init__(self, cache: "GrammarCache", grammar: GraphGrammar):
+        self.cache, self.grammar = cache, grammar
+        self.tokens: list[int] = []
+        self.nodes: tuple[str, ...] = ()
+        self.row = _LLGuidanceRow(cache.compile(grammar.variant(())).deep_copy())
+        self._error = ""
+
+    def fill(self, bitmask, row):
+        self.row.fill(bitmask, row)
+
+    def consume(self, token):
+        if not self.row.consume(token):
+            return False
+        self.tokens.append(token)
+        nodes = self.grammar.plan_nodes(self.cache.decode(self.tokens).decode("utf-8", errors="replace"))
+        if nodes is None:
+            self._error = "a node names a skill outside the grammar"
+            return False
+        if len(nodes) > len(self.nodes):
+            self.nodes = tuple(nodes)
+            try:
+                row = _LLGuidanceRow(self.cache.compile(self.grammar.variant(self.nodes)).deep_copy())
+            except ModelError as exc:
+                self._error = str(exc)
+                return False
+            if not all(row.consume(t) for t in self.tokens):
+                self._error = f"the plan so far does not fit its next grammar ({row.error[:120]})"
+                return False
+            self.row = row
+        return True
+
+    @property
+    def error(self):
+        return self._error or self.row.error
+
+
 class _XGrammarRow(RowMatcher):
     def __init__(self, matcher):
         self.m = matcher
@@ -340,13 +460,15 @@ class GrammarCache:
     ``stops`` are the ids that end a generation: the grammar allows them exactly when it is complete.
     ``vocab_size`` is the model's logits width (it may exceed the tokenizer's)."""
 
+    max_compiled = 4096  # prefix grammars are small (a few ms to compile); keep the recent ones
+
     def __init__(self, tokenizer, stops: Iterable[int], vocab_size: int, backend: str = DEFAULT_BACKEND):
         if backend not in BACKENDS:
             raise ModelError(f"unknown grammar backend {backend!r}; choose one of {list(BACKENDS)}")
         self.backend, self.vocab_size = backend, int(vocab_size)
         self.stops = sorted(set(stops))
         self._lock = threading.Lock()
-        self._compiled: dict[str, object] = {}
+        self._compiled: OrderedDict[str, object] = OrderedDict()  # least recently used first
         self.compile_seconds: dict[str, float] = {}  # grammar digest -> seconds its compilation took
         t0 = time.perf_counter()
         if backend == "llguidance":
@@ -372,7 +494,13 @@ class GrammarCache:
                 t0 = time.perf_counter()
                 self._compiled[key] = self._compile(grammar)
                 self.compile_seconds[key] = time.perf_counter() - t0
+                while len(self._compiled) > self.max_compiled:
+                    self._compiled.popitem(last=False)
+            self._compiled.move_to_end(key)
             return self._compiled[key]
+
+    def decode(self, tokens: list[int]) -> bytes:
+        return self._tok.decode_bytes(tokens)
 
     def _compile(self, grammar: GraphGrammar):
         if self.backend == "llguidance":
@@ -384,7 +512,10 @@ class GrammarCache:
         return self._tok.compile_grammar(grammar.ebnf())
 
     def matcher(self, grammar: GraphGrammar) -> RowMatcher:
-        """A fresh matcher at the grammar's start (the compiled grammar is reused)."""
+        """A fresh matcher at the grammar's start (compiled grammars are reused). With llguidance a shard's
+        grammar is followed through its plan-prefix grammars (:class:`_PlanRow`)."""
+        if self.backend == "llguidance" and isinstance(grammar, GraphGrammar) and grammar.prior is None:
+            return _PlanRow(self, grammar)
         compiled = self.compile(grammar)
         if self.backend == "llguidance":
             return _LLGuidanceRow(compiled.deep_copy())

@@ -19,6 +19,12 @@ ids (``cumsum(mask) - 1``), arg-max, stop tokens, so the outputs are the same (t
 passes PEFT's ``adapter_names`` (mixed-adapter batch, each shard applied to its own rows only); with one,
 that shard is simply the active adapter.
 
+Constrained rows: a row may carry a :class:`~skillbank.model.constrain.RowMatcher` (its shard's grammar). Before
+each pick the matcher fills the row's allowed-token bitmask and disallowed logits become -inf, so every row of a
+mixed batch follows its own grammar; the picked token is then consumed by the matcher. A row whose grammar
+allows no token ends as not stopped, with the reason. The log-probability a row accumulates is read from the
+model's own distribution, before masking.
+
 Prefix reuse: every prompt of a shard starts with the same chat-template tokens (system prompt, user-turn
 header, the fixed request lead-in: ~30 of ~80 tokens on the built-in stream), and under causal attention
 their keys and values depend on nothing after them. :class:`PrefixKV` keeps them per shard (the shard's LoRA

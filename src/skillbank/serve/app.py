@@ -45,8 +45,13 @@ from skillbank.serve.state import Snapshot, open_snapshot
 log = logging.getLogger("skillbank.serve")
 
 
+class BodyTooLarge(Exception):
+    """A body sent without Content-Length (chunked) grew past the limit while being read."""
+
+
 class BodyLimitMiddleware:
-    """Refuse a body whose Content-Length is over the limit (413) before reading it. Pure ASGI, like
+    """Refuse a body over the limit (413): by its Content-Length before reading it, and - for a body sent
+    without one (``Transfer-Encoding: chunked``) - as soon as the bytes read pass the limit. Pure ASGI, like
     MetricsMiddleware: Starlette's BaseHTTPMiddleware would stand between the endpoints and the client's
     disconnect message."""
 
@@ -62,7 +67,23 @@ class BodyLimitMiddleware:
                 response = error_response(413, f"request body of {int(length)} bytes is over the limit of {limit} bytes")
                 await response(scope, receive, send)
                 return
+            receive = _counted(receive, limit)
         await self.app(scope, receive, send)
+
+
+def _counted(receive, limit: int):
+    """``receive`` that raises :class:`BodyTooLarge` once the body read so far passes ``limit`` bytes."""
+    seen = 0
+
+    async def wrapped():
+        nonlocal seen
+        message = await receive()
+        if message.get("type") == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise BodyTooLarge(f"request body is over the limit of {limit} bytes")
+        return message
+    return wrapped
 
 
 def _is_union_branch(loc_item) -> bool:
@@ -77,7 +98,10 @@ def _request_of_chat(body: S.ChatRequest) -> str:
             continue
         content = msg.content
         if isinstance(content, list):
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+            texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+            if not all(isinstance(t, str) for t in texts):
+                raise ServiceError(400, "a text content part needs a string 'text'", param="messages")
+            content = "".join(texts)
         if not isinstance(content, str):
             break
         prefix = USER_TEMPLATE.split("{request}")[0]
@@ -169,6 +193,11 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
         if exc.status_code == 404 and message == "Not Found":
             message = f"no such endpoint: {request.method} {request.url.path}"
         return error_response(exc.status_code, message, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(BodyTooLarge)
+    async def _too_large(request: Request, exc: BodyTooLarge):
+        svc.metrics.errors.labels("too_large").inc()
+        return error_response(413, str(exc))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
@@ -349,6 +378,8 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
             raise ServiceError(404, f"{body.lora_name!r} is not a published shard of this bank; shards: "
                                     f"{snap.shard_names}", param="lora_name")
         expected = (snap.bank.root / snap.entry(body.lora_name).dir).resolve()
+        if "\x00" in body.lora_path:
+            raise ServiceError(422, "lora_path contains a NUL byte", param="lora_path")
         if Path(body.lora_path).resolve() != expected:
             raise ServiceError(409, f"shard {body.lora_name!r} of this bank is at {expected}, not {body.lora_path}",
                                param="lora_path")

@@ -42,11 +42,13 @@ class PlanResult(BaseModel):
     routed: bool = Field(description="False when the shard was forced")
     probabilities: dict[str, float] = Field(description="Address Memory p(shard | request); {shard: 1} when forced")
     valid: bool
+    constrained: bool = Field(False, description="decoded under a grammar (the shard's, or the client's "
+                                                 "structured_outputs): only its skills and declared arguments")
     graph: Optional[dict[str, Any]] = Field(description="canonical task graph {task_nodes, task_links}; null when invalid")
     error: Optional[str] = Field(description="why the output is not a valid graph; null when valid")
     raw: str = Field(description="the executor's text as generated")
     tokens: int = Field(description="tokens generated")
-    truncated: bool = Field(description="generation hit the token cap")
+    truncated: bool = Field(description="generation did not stop: it hit the token cap (or a grammar dead end)")
     batch_size: int
     timings: Timings
 

@@ -119,6 +119,11 @@ class Service:
             where = param if len(requests) == 1 else f"{param}[{i}]"
             if not r.strip():
                 raise ServiceError(422, f"{where} is empty", param=where)
+            try:
+                r.encode("utf-8")
+            except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800") is valid JSON but not text
+                raise ServiceError(422, f"{where} is not valid Unicode text ({exc.reason} at character {exc.start})",
+                                   param=where) from None
             if len(r) > cfg.max_request_chars:
                 raise ServiceError(413, f"{where} is {len(r)} characters long, the limit is {cfg.max_request_chars}",
                                    param=where)

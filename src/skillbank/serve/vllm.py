@@ -3,7 +3,8 @@
 Every shard is already a plain PEFT adapter directory, so vLLM loads it unchanged; the command names each
 shard after its family (the model name ``skillbank serve --upstream`` sends), sets ``--max-lora-rank`` to the
 largest rank in the bank (rounded up to a rank vLLM accepts) and ``--max-loras`` to the number of shards, so
-a batch may mix every shard - the same mixed-adapter batching the local engine does.
+a batch may mix every shard - the same mixed-adapter batching the local engine does. Structured outputs use
+the llguidance backend, so each request is decoded under its shard's grammar there too.
 """
 from __future__ import annotations
 
@@ -85,5 +86,8 @@ def vllm_plan(bank: str | Path, *, host: str = "127.0.0.1", port: int = 8001, ba
     command = ["vllm", "serve", where, "--host", host, "--port", str(port), "--enable-lora",
                "--lora-modules", *(f"{name}={path}" for name, path in modules.items()),
                "--max-lora-rank", str(vllm_rank), "--max-loras", str(len(modules)),
-               "--max-cpu-loras", str(len(modules)), *(extra or [])]
+               "--max-cpu-loras", str(len(modules)),
+               # The grammars `skillbank serve --upstream` sends (structured_outputs.grammar) are Lark, which
+               # vLLM's llguidance backend ("guidance") reads; vLLM >= 0.10.2.
+               "--structured-outputs-config.backend", "guidance", *(extra or [])]
     return VllmPlan(where, modules, vllm_rank, len(modules), command)

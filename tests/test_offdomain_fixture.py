@@ -1,0 +1,78 @@
+"""The hand-written off-domain set (tests/fixtures/offdomain.jsonl).
+
+120 requests that no skill of the built-in catalog covers, used to measure whether the system declines
+to plan them ("no skill applies"). Four categories of about 30 each: ``general_question`` (facts,
+history, math, definitions), ``chit_chat`` (greetings, small talk, meta questions, keyboard mashing,
+emoji), ``missing_tool`` (concrete tasks for tools the catalog lacks, some sharing the in-domain
+vocabulary: file names, cities, flight numbers, banks, phone numbers) and ``advice_opinion`` (advice,
+opinions and reasoning help that need no tool). A few are not in English.
+
+These checks keep the fixture well formed and disjoint from the built-in generator's own requests.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from skillbank.data.builtin import build_builtin_stream
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "offdomain.jsonl"
+CATEGORIES = {"general_question", "chit_chat", "missing_tool", "advice_opinion"}
+TOTAL = 120
+MIN_PER_CATEGORY = 25
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    out = []
+    for n, line in enumerate(FIXTURE.read_text(encoding="utf-8").splitlines(), 1):
+        assert line.strip(), f"line {n} is blank"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:  # pragma: no cover - only on a broken fixture
+            pytest.fail(f"line {n} is not valid JSON: {exc}")
+        assert isinstance(row, dict), f"line {n} is not a JSON object"
+        out.append(row)
+    return out
+
+
+def test_every_line_has_exactly_the_three_string_fields(rows):
+    for row in rows:
+        assert set(row) == {"id", "category", "request"}, row
+        assert all(isinstance(v, str) for v in row.values()), row
+
+
+def test_total_and_ids(rows):
+    assert len(rows) == TOTAL
+    ids = [row["id"] for row in rows]
+    assert len(ids) == len(set(ids)), [i for i, c in Counter(ids).items() if c > 1]
+    for rid in ids:
+        assert re.fullmatch(r"off-\d{3}", rid), rid
+
+
+def test_exactly_the_four_categories_with_enough_each(rows):
+    counts = Counter(row["category"] for row in rows)
+    assert set(counts) == CATEGORIES, counts
+    for cat, n in counts.items():
+        assert n >= MIN_PER_CATEGORY, (cat, n)
+
+
+def test_requests_are_non_empty_and_distinct(rows):
+    keys = []
+    for row in rows:
+        assert row["request"].strip(), row["id"]
+        keys.append(row["request"].strip().casefold())
+    dups = [k for k, c in Counter(keys).items() if c > 1]
+    assert not dups, dups
+
+
+def test_no_request_occurs_in_the_builtin_stream(rows):
+    stream = build_builtin_stream(seed=0, train_per_family=200, test_per_family=50)
+    generated = {r.request.strip().casefold() for key in stream.family_keys
+                 for split in (stream.train, stream.test) for r in split[key]}
+    clash = [row["id"] for row in rows if row["request"].strip().casefold() in generated]
+    assert not clash, clash
