@@ -38,7 +38,7 @@ bench: $(STAMP)
 	$(PY) bench/route_selectors.py
 
 bench-serve: $(STAMP)
-	$(PY) bench/serve.py --bank runs/demo/bank
+	$(PY) bench/serve.py --bank runs/demo/methods/fsm/bank
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info src/*.egg-info

@@ -2,7 +2,8 @@
 
 For each built-in family and both target formats, the family's grammar (``skillbank.model.constrain``,
 rendered as Lark for llguidance and as EBNF for xgrammar) is compiled with the embedded base's tokenizer,
-then the gold outputs of --records held-out records are replayed token by token as a decoder would: fill
+then the gold outputs of --records held-out records are replayed token by token as a decoder would (the one
+whole-plan grammar for both, not the plan-prefix grammars the local decoder follows with llguidance): fill
 the row's allowed-token bitmask, consume the token. Prints the one-off tokenizer conversion, compile time
 per grammar, and the mean bitmask time per generated token (what constrained decoding adds to each step),
 and checks every gold output stays inside its grammar under both libraries. No model runs.
@@ -51,7 +52,7 @@ def main() -> None:
                 compile_s.append(cache.compile_seconds[grammar.digest])
                 bitmask = cache.bitmask(1)
                 for r in stream.test[family]:
-                    matcher = cache.matcher(grammar)
+                    matcher = cache.matcher(grammar, plan_prefixes=False)  # the same grammar for both
                     for t in tok(encode(r.graph, fmt, prefix), add_special_tokens=False)["input_ids"] + [stops[0]]:
                         t0 = time.perf_counter()
                         matcher.fill(bitmask, 0)

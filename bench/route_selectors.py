@@ -2,13 +2,13 @@
 FSM's Address Memory (hashing + NB).
 
 Text-only selectors are fitted stage by stage on the stream's training requests and time ``predict`` on
-a batch drawn from its held-out requests. With ``--bank`` (a trained bank, e.g. runs/demo/bank, and the
+a batch drawn from its held-out requests. With ``--bank`` (a trained bank, e.g. runs/demo/methods/fsm/bank, and the
 stream it was trained on), the model-based selectors are measured too, on ``--model-requests`` requests:
 EPI (one frozen-base forward pass per request), AdapterCL (one forward pass per shard), Self-route (one
 full generation per shard). No memo or output cache is used: every request is routed from scratch.
 
     .venv/bin/python bench/route_selectors.py                            # text-only, built-in stream
-    .venv/bin/python bench/route_selectors.py --bank runs/demo/bank --stream streams/demo --model-requests 16
+    .venv/bin/python bench/route_selectors.py --bank runs/demo/methods/fsm/bank --stream streams/demo --model-requests 16
 """
 from __future__ import annotations
 

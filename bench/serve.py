@@ -10,7 +10,7 @@ deliberate back-pressure), mean batch size (rows decoding together when a reques
 Memory's routing time per request and as a share of the mean request latency; then the batched/unbatched
 throughput ratio and how many requests answered in both modes got identical answers.
 
-    .venv/bin/python bench/serve.py [--bank runs/demo/bank] [--clients 16] [--seconds 90]
+    .venv/bin/python bench/serve.py [--bank runs/demo/methods/fsm/bank] [--clients 16] [--seconds 90]
 """
 from __future__ import annotations
 
@@ -157,7 +157,7 @@ def run_mode(bank: Path, args, requests: list[str], batching: bool) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bank", type=Path, default=Path("runs/demo/bank"))
+    ap.add_argument("--bank", type=Path, default=Path("runs/demo/methods/fsm/bank"))
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=90, help="length of each mode's run")
     ap.add_argument("--max-batch", type=int, default=16)
@@ -168,7 +168,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args()
     if not (args.bank / "bank.json").is_file():
-        sys.exit(f"{args.bank} is not a bank: run `make demo` first (it writes runs/demo/bank) or pass --bank")
+        sys.exit(f"{args.bank} is not a bank: run `make demo` first (it writes runs/demo/methods/fsm/bank) or pass --bank")
 
     from skillbank.data.builtin import build_builtin_stream
     from skillbank.memory.bank import read_manifest

@@ -78,8 +78,13 @@ def test_mixed_shard_batch_equals_one_shard_at_a_time(client, small_stream):
     from skillbank.model.prompts import render_prompt
     base, tok = svc.engine.execution.base, svc.engine.tokenizer
     prompts = [render_prompt(tok, r, svc.snapshot.entry(s).system_prompt) for r, s in zip(reqs, shards)]
-    mixed = generate(base.peft, tok, prompts, max_new_tokens=MAX_NEW, batch_size=4, adapter_names=shards, base=base)
+    grammars = [svc.engine.execution.grammar(s) for s in shards]  # each row under its own shard's grammar
+    mixed = generate(base.peft, tok, prompts, max_new_tokens=MAX_NEW, batch_size=4, adapter_names=shards, base=base,
+                     grammars=grammars)
     assert [o.text for o in mixed] == [o.text for o in outs]
+    free = svc.engine.execution.generate(reqs, shards, batch_size=1, max_new_tokens=MAX_NEW, constrain=False)
+    mixed_free = generate(base.peft, tok, prompts, max_new_tokens=MAX_NEW, batch_size=4, adapter_names=shards, base=base)
+    assert [o.text for o in mixed_free] == [o.text for o in free]
     # and through the service: one call of four requests is one batch of four rows
     plans = client.post("/v1/plan", json={"request": reqs}).json()["plans"]
     assert {p["batch_size"] for p in plans} == {4}
@@ -423,14 +428,15 @@ def test_hostile_input_is_refused_cleanly(bank_dir, tiny_model_dir, small_stream
     from skillbank.memory.bank import check_family_name
 
     k1 = small_stream.family_keys[0]
-    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, admin_token="t"), base=fresh_base(tiny_model_dir))
+    token = "hostile-test-token"
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, admin_token=token), base=fresh_base(tiny_model_dir))
     with live_server(app) as url, httpx.Client(base_url=url, timeout=60) as http:
         lone = b'{"request": "book \\ud800 a table", "shard": "' + k1.encode() + b'"}'
         assert_error(http.post("/v1/plan", content=lone, headers={"content-type": "application/json"}),
                      422, "not valid Unicode")
         part = {"model": k1, "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}
         assert_error(http.post("/v1/chat/completions", json=part), 400, "string 'text'")
-        assert_error(http.post("/v1/load_lora_adapter", headers={"Authorization": "Bearer t"},
+        assert_error(http.post("/v1/load_lora_adapter", headers={"Authorization": f"Bearer {token}"},
                                json={"lora_name": k1, "lora_path": "/tmp/\u0000x"}), 422, "NUL byte")
 
         def chunks():

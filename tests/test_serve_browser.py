@@ -66,7 +66,7 @@ def test_playground_plans_and_draws_the_graph(driver, tmp_path, tiny_model_dir, 
     bank = build_bank(tmp_path / "bank", tiny_model_dir, small_stream, [k1, k2])
     app = create_app(bank, ServeConfig(max_new_tokens=MAX_NEW), base=fresh_base(tiny_model_dir))
     # whatever the tiny model writes, read it as a three-node chain of the routed shard's skills
-    monkeypatch.setattr(engine_mod, "parse_output", lambda text, entry: parse_graph(chain_graph(entry.skills)))
+    monkeypatch.setattr(engine_mod, "parse_output", lambda text, entry, *_: parse_graph(chain_graph(entry.skills)))
     wait = WebDriverWait(driver, 30)
     with live_server(app) as url:
         driver.get(url + "/")

@@ -228,7 +228,7 @@ def selectors_cmd(
 
     Example usage::
 
-        skillbank selectors --bank runs/demo/bank --stream streams/demo --order O1 --order O2 --out runs/selectors
+        skillbank selectors --bank runs/demo/methods/fsm/bank --stream streams/demo --order O1 --order O2 --out runs/selectors
     """
     from skillbank.continual.selectors import ALL_SELECTORS, evaluate_selectors
     from skillbank.data.stream import Stream

@@ -511,10 +511,12 @@ class GrammarCache:
             return matcher
         return self._tok.compile_grammar(grammar.ebnf())
 
-    def matcher(self, grammar: GraphGrammar) -> RowMatcher:
+    def matcher(self, grammar: GraphGrammar, *, plan_prefixes: bool = True) -> RowMatcher:
         """A fresh matcher at the grammar's start (compiled grammars are reused). With llguidance a shard's
-        grammar is followed through its plan-prefix grammars (:class:`_PlanRow`)."""
-        if self.backend == "llguidance" and isinstance(grammar, GraphGrammar) and grammar.prior is None:
+        grammar is followed through its plan-prefix grammars (:class:`_PlanRow`) unless ``plan_prefixes`` is
+        False (the one whole-plan grammar, as an upstream server gets it)."""
+        if plan_prefixes and self.backend == "llguidance" and isinstance(grammar, GraphGrammar) \
+                and grammar.prior is None:
             return _PlanRow(self, grammar)
         compiled = self.compile(grammar)
         if self.backend == "llguidance":

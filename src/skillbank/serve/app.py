@@ -189,6 +189,8 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
+        if isinstance(exc.__cause__, BodyTooLarge):  # FastAPI turns a failed body read into "error parsing the body"
+            return await _too_large(request, exc.__cause__)
         message = exc.detail if isinstance(exc.detail, str) else "error"
         if exc.status_code == 404 and message == "Not Found":
             message = f"no such endpoint: {request.method} {request.url.path}"
