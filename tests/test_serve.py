@@ -448,3 +448,29 @@ def test_hostile_input_is_refused_cleanly(bank_dir, tiny_model_dir, small_stream
         assert http.post("/v1/plan", json={"request": "book a table", "shard": k1}).status_code == 200
     with pytest.raises(BankError, match="invalid family name"):
         check_family_name("nl\n")
+
+
+def test_head_host_check_and_early_queue_refusal(bank_dir, tiny_model_dir, small_stream, monkeypatch):
+    """HEAD answers on GET routes; a service on loopback answers only loopback Host names (DNS rebinding);
+    a call that cannot fit the queue is refused before any routing or tokenizing."""
+    import httpx
+
+    from skillbank.serve.config import LOOPBACK_NAMES
+    from skillbank.serve.state import Snapshot
+
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, queue_size=2, allowed_hosts=LOOPBACK_NAMES),
+                     base=fresh_base(tiny_model_dir))
+    with live_server(app) as url, httpx.Client(base_url=url, timeout=60) as http:
+        head = http.head("/healthz")
+        assert head.status_code == 200 and head.content == b"" and head.headers["content-type"].startswith("application/json")
+        assert http.head("/v1/models").status_code == 200
+        rebound = http.get("/healthz", headers={"Host": "attacker.example:8000"})
+        assert_error(rebound, 400, "is not one this service answers to")
+        assert http.get("/healthz", headers={"Host": "localhost"}).status_code == 200
+
+        def no_routing(*args, **kwargs):
+            raise AssertionError("routed a call the queue could not take")
+        monkeypatch.setattr(Snapshot, "route", no_routing)
+        full = http.post("/v1/plan", json={"request": ["a b", "c d", "e f"]})
+        assert_error(full, 429, "the queue is full")
+        assert full.headers["retry-after"]

@@ -447,10 +447,11 @@ def serve(
                                  "pip install 'skillbank[serve]'")
     from pydantic import ValidationError
 
-    from skillbank.serve.config import ServeConfig
+    from skillbank.serve.config import LOOPBACK_NAMES, ServeConfig, is_loopback
     try:
         cfg = ServeConfig.from_env(host=host, port=port, batching=not no_batching, batch_window_ms=batch_window_ms,
                                    reuse_prefixes=not no_prefix_reuse, constrain=constrain,
+                                   allowed_hosts=LOOPBACK_NAMES if is_loopback(host) else None,
                                    max_batch=max_batch, queue_size=queue_size, timeout_s=timeout_s,
                                    max_request_chars=max_request_chars, max_list=max_list,
                                    max_new_tokens=max_new_tokens, upstream=upstream, threads=threads,
@@ -638,10 +639,12 @@ def diagnose(config: Path = typer.Option(..., help="Run configuration (TOML): st
 @app.command()
 @friendly_errors
 def demo(out_dir: Path = typer.Option(Path("runs/demo"), "--out", help="Output directory."),
-         config: Optional[Path] = typer.Option(None, help="Another config instead of the packaged demo profile.")):
+         config: Optional[Path] = typer.Option(None, help="Another config instead of the packaged demo profile."),
+         restart: bool = typer.Option(False, help="Discard what the output directory holds (e.g. a demo run "
+                                                  "made by an older version) and start over.")):
     """The main job: learn the five built-in families in order O1 with the embedded model and report."""
     from skillbank.config import packaged_config
-    _run(config or packaged_config("demo"), out_dir)
+    _run(config or packaged_config("demo"), out_dir, restart=restart)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -71,6 +71,38 @@ class BodyLimitMiddleware:
         await self.app(scope, receive, send)
 
 
+class HostCheckMiddleware:
+    """Answer only requests whose Host header names one of ``allowed`` (DNS rebinding: a page on another site
+    resolving its name to 127.0.0.1 must not reach a service bound to loopback). Starlette's
+    TrustedHostMiddleware does the same but answers in plain text; this keeps the service's error format."""
+
+    def __init__(self, app, *, allowed: list[str]):
+        self.app, self.allowed = app, {h.lower().strip("[]") for h in allowed}
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1").lower()
+            name = host[1:host.index("]")] if host.startswith("[") and "]" in host else host.rsplit(":", 1)[0]
+            if name not in self.allowed:
+                await error_response(400, f"Host header {host!r} is not one this service answers to; "
+                                          f"use one of {sorted(self.allowed)}")(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class HeadAsGetMiddleware:
+    """HEAD on any GET route, as HTTP asks: run the GET handler; the server sends the headers only (uvicorn drops
+    a HEAD response's body, from its own copy of the request scope)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope.get("method") == "HEAD":
+            scope = dict(scope, method="GET")
+        await self.app(scope, receive, send)
+
+
 def _counted(receive, limit: int):
     """``receive`` that raises :class:`BodyTooLarge` once the body read so far passes ``limit`` bytes."""
     seen = 0
@@ -209,6 +241,9 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
 
     app.add_middleware(BodyLimitMiddleware, limit=body_limit, upload_limit=upload_limit, metrics=svc.metrics)
     app.add_middleware(MetricsMiddleware, metrics=svc.metrics)
+    app.add_middleware(HeadAsGetMiddleware)
+    if config.allowed_hosts is not None:
+        app.add_middleware(HostCheckMiddleware, allowed=config.allowed_hosts)
 
     # -- planning -----------------------------------------------------------------------------------
     @app.post("/v1/plan", response_model=S.PlanResponse, responses={**ERRORS, 404: {"model": S.ErrorResponse},

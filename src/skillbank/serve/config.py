@@ -35,6 +35,8 @@ class ServeConfig(BaseModel):
     learn_threads: torch threads of a background learn process (None = half the cores: it shares them with
         serving).
     max_upload_mb: largest records upload accepted by ``POST /v1/families``.
+    allowed_hosts: Host header names answered (any port); None = any. ``skillbank serve`` on a loopback address
+        sets the loopback names, so a web page cannot reach the service through a rebound DNS name.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -57,6 +59,7 @@ class ServeConfig(BaseModel):
     threads: Optional[int] = Field(None, ge=1)
     learn_threads: Optional[int] = Field(None, ge=1)
     max_upload_mb: float = Field(64.0, gt=0)
+    allowed_hosts: Optional[list[str]] = None
 
     @field_validator("upstream")
     @classmethod
@@ -90,3 +93,16 @@ class ServeConfig(BaseModel):
     def from_env(cls, **values) -> "ServeConfig":
         """A config whose admin token comes from ``$SKILLBANK_ADMIN_TOKEN`` (unset or empty = none)."""
         return cls(admin_token=os.environ.get(ADMIN_TOKEN_ENV) or None, **values)
+
+
+LOOPBACK_NAMES = ["localhost", "127.0.0.1", "::1"]
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

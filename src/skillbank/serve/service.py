@@ -128,6 +128,10 @@ class Service:
                 raise ServiceError(413, f"{where} is {len(r)} characters long, the limit is {cfg.max_request_chars}",
                                    param=where)
         requests = [r.strip() for r in requests]
+        if self.batcher.depth + len(requests) > cfg.queue_size:  # refuse before routing and tokenizing
+            self.metrics.errors.labels("queue_full").inc()
+            exc = QueueFull(self.batcher.retry_after(), self.batcher.depth, cfg.queue_size)
+            raise ServiceError(429, str(exc), headers={"Retry-After": str(exc.retry_after_s)})
 
         t0 = time.perf_counter()
         if shard is not None:
