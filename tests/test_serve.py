@@ -474,3 +474,37 @@ def test_head_host_check_and_early_queue_refusal(bank_dir, tiny_model_dir, small
         full = http.post("/v1/plan", json={"request": ["a b", "c d", "e f"]})
         assert_error(full, 429, "the queue is full")
         assert full.headers["retry-after"]
+
+
+def test_a_500_keeps_the_keep_alive_connection(bank_dir, tiny_model_dir, small_stream):
+    """After an unexpected error the same connection answers the next request (it used to be reset)."""
+    k1 = small_stream.family_keys[0]
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW), base=fresh_base(tiny_model_dir))
+    engine = service_of(app).engine
+    real = engine.join_rows
+
+    def boom_once(batch, jobs):
+        engine.join_rows = real
+        raise RuntimeError("secret internal detail")
+    engine.join_rows = boom_once
+    with live_server(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        body = json.dumps({"request": "book a table", "shard": k1}).encode()
+        request = (f"POST /v1/plan HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        with socket.create_connection((host, int(port)), timeout=60) as sock:
+            answers = []
+            for _ in range(2):
+                sock.sendall(request)
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += sock.recv(65536)
+                head, rest = data.split(b"\r\n\r\n", 1)
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length")))
+                while len(rest) < length:
+                    rest += sock.recv(65536)
+                answers.append((head.split(b" ")[1], json.loads(rest)))
+        assert answers[0][0] == b"500" and "secret" not in json.dumps(answers[0][1])
+        assert answers[0][1]["error"]["type"] == "internal_error"
+        assert answers[1][0] == b"200" and answers[1][1]["plans"][0]["shard"] == k1

@@ -90,6 +90,33 @@ class HostCheckMiddleware:
         await self.app(scope, receive, send)
 
 
+class InternalErrorMiddleware:
+    """Answer an unexpected exception with the service's JSON 500 and keep the connection open. (Starlette's
+    ServerErrorMiddleware re-raises after answering, and the server then drops the client's keep-alive
+    connection.)"""
+
+    def __init__(self, app, *, on_error):
+        self.app, self.on_error = app, on_error
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:  # noqa: BLE001 - answered here, logged by on_error
+            self.on_error(scope, exc)
+            if started:  # half an answer is out: nothing sane can follow it on this connection
+                raise
+            await error_response(500, "internal error; the service log has the details")(scope, receive, send)
+
+
 class HeadAsGetMiddleware:
     """HEAD on any GET route, as HTTP asks: run the GET handler; the server sends the headers only (uvicorn drops
     a HEAD response's body, from its own copy of the request scope)."""
@@ -233,17 +260,16 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
         svc.metrics.errors.labels("too_large").inc()
         return error_response(413, str(exc))
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception):
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
+    def _unexpected(scope, exc: Exception) -> None:
+        log.error("unhandled error on %s %s", scope.get("method"), scope.get("path"), exc_info=exc)
         svc.metrics.errors.labels("internal").inc()
-        return error_response(500, "internal error; the service log has the details")
 
     app.add_middleware(BodyLimitMiddleware, limit=body_limit, upload_limit=upload_limit, metrics=svc.metrics)
     app.add_middleware(MetricsMiddleware, metrics=svc.metrics)
     app.add_middleware(HeadAsGetMiddleware)
     if config.allowed_hosts is not None:
         app.add_middleware(HostCheckMiddleware, allowed=config.allowed_hosts)
+    app.add_middleware(InternalErrorMiddleware, on_error=_unexpected)
 
     # -- planning -----------------------------------------------------------------------------------
     @app.post("/v1/plan", response_model=S.PlanResponse, responses={**ERRORS, 404: {"model": S.ErrorResponse},
