@@ -88,3 +88,15 @@ def test_learn_plan_info_via_cli(tmp_path, tiny_model_dir, small_stream):
     assert r.exit_code == 2 and "already in the bank" in r.output
     r = invoke("plan", tmp_path / "stage.jsonl", "hello")
     assert r.exit_code == 2 and "error:" in r.output
+
+
+def test_version_and_short_help():
+    from typer.testing import CliRunner
+
+    from skillbank.cli import app
+    runner = CliRunner()
+    v = runner.invoke(app, ["--version"])
+    assert v.exit_code == 0 and v.output.startswith("skillbank ")
+    for args in (["-h"], ["plan", "-h"]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 0 and "Usage" in r.output

@@ -508,3 +508,15 @@ def test_a_500_keeps_the_keep_alive_connection(bank_dir, tiny_model_dir, small_s
         assert answers[0][0] == b"500" and "secret" not in json.dumps(answers[0][1])
         assert answers[0][1]["error"]["type"] == "internal_error"
         assert answers[1][0] == b"200" and answers[1][1]["plans"][0]["shard"] == k1
+
+
+def test_docs_load_offline(client):
+    """/docs names only this service's own assets (no CDN), and they are served."""
+    import re
+    page = client.get("/docs")
+    assert page.status_code == 200
+    urls = re.findall(r'(?:src|href)="([^"]+)"', page.text) + re.findall(r"url: '([^']+)'", page.text)
+    assert urls and all(u.startswith("/") for u in urls), urls
+    for u in urls:
+        assert client.get(u).status_code == 200, u
+    assert "https://" not in page.text

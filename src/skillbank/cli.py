@@ -24,7 +24,21 @@ from rich.table import Table
 from skillbank.errors import SkillbankError
 
 app = typer.Typer(help="Continual skill internalization: Factorized Skill Memory banks, benchmarks and metrics.",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+        print(f"skillbank {version('skillbank')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Continual skill internalization: Factorized Skill Memory banks, benchmarks and metrics."""
 stream_app = typer.Typer(help="Build and inspect benchmark streams.", no_args_is_help=True)
 app.add_typer(stream_app, name="stream")
 export_app = typer.Typer(help="Export a bank for other serving stacks.", no_args_is_help=True)

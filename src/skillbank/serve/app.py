@@ -130,6 +130,23 @@ class HeadAsGetMiddleware:
         await self.app(scope, receive, send)
 
 
+def _offline_docs(app: FastAPI) -> None:
+    """Swagger UI at /docs from the assets of the swagger-ui-bundle package: FastAPI's default page loads them
+    from a CDN, which leaves it blank on a machine without internet."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.staticfiles import StaticFiles
+    from swagger_ui_bundle import swagger_ui_path
+
+    app.mount("/docs-assets", StaticFiles(directory=swagger_ui_path), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs():
+        return get_swagger_ui_html(openapi_url=app.openapi_url, title="skillbank - API",
+                                   swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+                                   swagger_css_url="/docs-assets/swagger-ui.css",
+                                   swagger_favicon_url="/docs-assets/favicon-32x32.png")
+
+
 def _counted(receive, limit: int):
     """``receive`` that raises :class:`BodyTooLarge` once the body read so far passes ``limit`` bytes."""
     seen = 0
@@ -214,10 +231,11 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
         finally:
             await svc.stop()
 
-    app = FastAPI(title="skillbank", version="1", lifespan=lifespan,
+    app = FastAPI(title="skillbank", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Content-routed planning over a skill bank: the Address Memory picks the executor "
                               "shard from the request, the shard writes the task graph.")
     app.state.service = svc
+    _offline_docs(app)
     upload_limit = int(config.max_upload_mb * 1024 * 1024)
     # A plan call holds at most max_list requests of max_request_chars (UTF-8: <= 4 bytes each), plus JSON.
     body_limit = config.max_list * config.max_request_chars * 4 + 64 * 1024
