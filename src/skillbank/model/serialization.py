@@ -19,8 +19,8 @@ arguments as ``{name, value}`` objects, canonical links). What the paper trains 
   links that ``<node-i>`` references do *not* already imply (those are restored by the canonical form).
   A link names skills, so when a skill occurs twice its first node index stands for it. No links, no line.
 
-Mean target length with the SmolLM2 tokenizer, on the 203 TaskBench sample records of
-``shared/taskbench/sample``: 119 tokens for ``json``, 38 for ``compact`` (T1 daily life: 199 vs 60);
+Mean target length with the SmolLM2 tokenizer, on a 203-record sample of TaskBench's three domains
+(official TaskBench layout): 119 tokens for ``json``, 38 for ``compact`` (T1 daily life: 199 vs 60);
 bench/train_probe.py measures synthetic records. Every target token costs a forward and a backward pass
 in training and a decoding step in generation.
 
