@@ -252,3 +252,25 @@ def test_harness_cache_keys_constrained_and_free_outputs_apart(tmp_path, stream)
     assert constrained.grammar(q) is not None and free.grammar(q) is None
     assert constrained.grammar(q) is constrained.grammar(q)  # built once per skill set
     assert set(constrained.grammar(q).skills) == {SkillSpec(s, stream.catalog.skills[s].argument_names) for s in skills}
+
+
+def test_decoding_eval_measures_both_modes_on_the_same_requests(tmp_path, tiny_model_dir, small_stream):
+    from serve_helpers import build_bank
+
+    from skillbank.memory.bank import SkillBank
+    from skillbank.report.decoding import evaluate_decoding, write
+    k1, k2 = small_stream.family_keys[:2]
+    root = build_bank(tmp_path / "bank", tiny_model_dir, small_stream, [k1, k2])
+    bank = SkillBank.open(root, base=load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False))
+    records = [r for k in (k1, k2) for r in small_stream.test[k]]
+    result = evaluate_decoding(bank, {"held-out": records}, ("free", "constrained"), max_new_tokens=24)
+    entry = result["sets"]["held-out"]
+    assert entry["n"] == len(records) and entry["copy_coverage"]["records_all_copied"] == len(records)
+    constrained = entry["modes"]["constrained"]
+    assert constrained["skill_outside_shard"] == constrained["skill_outside_bank"] == 0
+    assert constrained["undeclared_argument"] == constrained["unparsed"] == 0
+    assert sum(constrained["failure_kinds"].values()) == len(records)
+    assert len(result["predictions"]) == 2 * len(records)
+    write(result, tmp_path / "out")
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"decoding.json", "decoding.md", "decoding.png",
+                                                              "predictions.jsonl"}

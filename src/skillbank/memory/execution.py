@@ -105,7 +105,7 @@ class ExecutionMemory:
         if copy_from is None:
             return grammar
         from skillbank.model.constrain import build_grammar
-        return build_grammar(grammar.skills, grammar.fmt, self.shards[name].family_prefix, copy_from=copy_from)
+        return build_grammar(grammar.skills, grammar.fmt, grammar.prefix, copy_from=copy_from)
 
     # -- read --------------------------------------------------------------------------------
     def context_limit(self) -> int:

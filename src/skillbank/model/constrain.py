@@ -27,6 +27,7 @@ substring of the request, so a misspelt copy (``recept_scan.png``) cannot be wri
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -101,6 +102,11 @@ class GraphGrammar:
                                                   copy_from=self.copy_from, prior=prior)
         return self._variants[prior]
 
+    @property
+    def node_end(self) -> str:
+        """The character that completes a node's skill name: compact ``name{``, JSON ``"task":"name"``."""
+        return "{" if self.fmt == "compact" else '"'
+
     def plan_nodes(self, text: str) -> list[str] | None:
         """The skill ids of the nodes whose skill is complete in ``text`` (a partial output), in order; None
         when a name is not one of the grammar's skills."""
@@ -108,14 +114,13 @@ class GraphGrammar:
             names = [line[:line.index("{")] for line in text.split("\n") if "{" in line]
         else:
             names = [json.loads(m) for m in re.findall(r'\{"task":("(?:[^"\\]|\\.)*")', text)]
-        ids = self._ids()
-        out = [ids.get(n) for n in names]
+        out = [self._ids.get(n) for n in names]
         return None if None in out else out
 
+    @functools.cached_property
     def _ids(self) -> dict[str, str]:
-        if "_ids" not in self._variants:
-            self._variants["_ids"] = {written_name(s.id, self.fmt, self.prefix): s.id for s in self.skills}
-        return self._variants["_ids"]
+        """Written name -> skill id."""
+        return {written_name(s.id, self.fmt, self.prefix): s.id for s in self.skills}
 
     @property
     def digest(self) -> str:
@@ -266,8 +271,7 @@ def _prefix_body(g: GraphGrammar, prior: tuple[str, ...]) -> None:
             endings.append(())
         if p >= 2:
             g.rules["lp"] = [(Lit(f"{s}>{t}"),) for s in range(p) for t in range(s + 1, p)]
-            g.rules["links"] = [(Ref("lp"),), (Ref("lp"), Lit(" "), Ref("links"))]
-            endings.append((Lit("\n"), Ref("links")))
+            endings.append((Lit("\n"), _repeat(g, "links", (Ref("lp"),), " ")))
         if more:
             endings.append(((sep,) if p else ()) + (Ref("next"), Ref("tail")))
         g.rules["tail"] = [(), (Lit("\n"), Ref("t_any"))]
@@ -275,10 +279,11 @@ def _prefix_body(g: GraphGrammar, prior: tuple[str, ...]) -> None:
     else:
         if p >= 1:
             pairs = [(a, b) for i, a in enumerate(prior) for b in prior[i + 1:]]
-            g.rules["link"] = [(Lit('{"source":' + json.dumps(a, ensure_ascii=False) + ',"target":'
-                                    + json.dumps(b, ensure_ascii=False) + "}"),) for a, b in pairs] or [(Lit("x"),)]
-            g.rules["links"] = [(), (Ref("link"), Ref("linkr"))] if pairs else [()]
-            g.rules["linkr"] = [(), (Lit(","), Ref("link"), Ref("linkr"))]
+            g.rules["links"] = [()]
+            if pairs:
+                g.rules["link"] = [(Lit('{"source":' + json.dumps(a, ensure_ascii=False) + ',"target":'
+                                        + json.dumps(b, ensure_ascii=False) + "}"),) for a, b in pairs]
+                g.rules["links"].append((_repeat(g, "linklist", (Ref("link"),), ","),))
             endings.append((Lit('],"task_links":['), Ref("links"), Lit("]}")))
         if more:
             endings.append(((sep,) if p else ()) + (Ref("next"), Ref("tail")))
@@ -296,9 +301,7 @@ def _arguments(g: GraphGrammar, name: str, skill: SkillSpec, i: int, compact: bo
 
     open_, close = ("{", "}") if compact else ("", "")
     if skill.arguments is None:  # specs unknown: any names, as many as the model writes
-        g.rules[name + "p"] = [pair(Ref("t_free"))]
-        g.rules[name] = [(Lit(open_ + close),), (Lit(open_), Ref(name + "p"), Ref(name + "r"), Lit(close))]
-        g.rules[name + "r"] = [(), (Lit(","), Ref(name + "p"), Ref(name + "r"))]
+        g.rules[name] = [(Lit(open_ + close),), (Lit(open_), _repeat(g, name + "s", pair(Ref("t_free")), ","), Lit(close))]
         return
     names = sorted(dict.fromkeys(skill.arguments))
     if not names:
@@ -314,6 +317,12 @@ def _arguments(g: GraphGrammar, name: str, skill: SkillSpec, i: int, compact: bo
     g.rules[name] = [(Lit(open_ + close),), (Lit(open_), Ref(f"{name}r0"), Lit(close))]
 
 
+def _repeat(g: GraphGrammar, name: str, item: tuple, sep: str) -> Ref:
+    """Rule ``name``: one or more ``item`` separated by ``sep``."""
+    g.rules[name] = [item, item + (Lit(sep), Ref(name))]
+    return Ref(name)
+
+
 def _compact_body(g: GraphGrammar) -> None:
     """Node lines, then at most one line of ``s>t`` links between nodes that exist (no self-loops)."""
     last = g.max_nodes - 1
@@ -324,8 +333,7 @@ def _compact_body(g: GraphGrammar) -> None:
         if i >= 1:
             pairs = [(s, t) for s in range(i + 1) for t in range(s + 1, i + 1)]  # nodes are in execution order
             g.rules[f"l{i}p"] = [(Lit(f"{s}>{t}"),) for s, t in pairs]
-            g.rules[f"l{i}"] = [(Ref(f"l{i}p"),), (Ref(f"l{i}p"), Lit(" "), Ref(f"l{i}"))]
-            alts.append((Ref(f"n{i}"), Lit("\n"), Ref(f"l{i}")))
+            alts.append((Ref(f"n{i}"), Lit("\n"), _repeat(g, f"l{i}", (Ref(f"l{i}p"),), " ")))
         g.rules[f"g{i}"] = alts
 
 
@@ -340,8 +348,7 @@ def _json_body(g: GraphGrammar) -> None:
     g.rules["g0"] = [(Lit('{"task_nodes":['), Ref("ns0"), Lit('],"task_links":['), Ref("links"), Lit("]}"))]
     g.rules["sk"] = [(Lit(json.dumps(s.id, ensure_ascii=False)),) for s in g.skills]
     g.rules["link"] = [(Lit('{"source":'), Ref("sk"), Lit(',"target":'), Ref("sk"), Lit("}"))]
-    g.rules["links"] = [(), (Ref("link"), Ref("linkr"))]
-    g.rules["linkr"] = [(), (Lit(","), Ref("link"), Ref("linkr"))]
+    g.rules["links"] = [(), (_repeat(g, "linklist", (Ref("link"),), ","),)]
 
 
 def _copy_lark(request: str) -> str:
@@ -417,6 +424,8 @@ class _PlanRow(RowMatcher):
         if not self.row.consume(token):
             return False
         self.tokens.append(token)
+        if self.grammar.node_end.encode() not in self.cache.decode([token]):
+            return True  # no skill name was completed by this token
         nodes = self.grammar.plan_nodes(self.cache.decode(self.tokens).decode("utf-8", errors="replace"))
         if nodes is None:
             self._error = "a node names a skill outside the grammar"
@@ -549,14 +558,17 @@ def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
     """Set every logit whose bit is 0 to -inf, in place ([rows, vocab] logits, [rows, ceil(vocab/32)]
     int32 bitmask, bit k of word w = token 32w+k). Plain torch: the libraries' own helpers use
     torch.compile or CUDA kernels, which a CPU-only install should not need."""
-    vocab = logits.shape[-1]
+    allowed = _unpack(bitmask, logits.shape[-1])
+    logits.masked_fill_(~allowed.to(logits.device), float("-inf"))
+
+
+def _unpack(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[rows, ceil(vocab/32)] int32 bitmask -> [rows, vocab] bool."""
     as_bytes = bitmask.contiguous().view(torch.uint8)  # little-endian: byte b holds tokens 8b..8b+7
     shifts = torch.arange(8, dtype=torch.uint8)
-    allowed = ((as_bytes.unsqueeze(-1) >> shifts) & 1).flatten(1)[:, :vocab].bool()
-    logits.masked_fill_(~allowed.to(logits.device), float("-inf"))
+    return ((as_bytes.unsqueeze(-1) >> shifts) & 1).flatten(1)[:, :vocab].bool()
 
 
 def allowed_tokens(bitmask_row: torch.Tensor, vocab: int) -> np.ndarray:
     """Ids allowed by one bitmask row (for tests and diagnostics)."""
-    bits = np.unpackbits(bitmask_row.numpy().view(np.uint8), bitorder="little")[:vocab]
-    return np.flatnonzero(bits)
+    return _unpack(bitmask_row.reshape(1, -1), vocab)[0].nonzero().flatten().numpy()

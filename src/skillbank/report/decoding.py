@@ -42,8 +42,7 @@ def evaluate_decoding(bank, sets: dict[str, Sequence[Record]], modes: Sequence[s
                       batch_size: int = 16, max_new_tokens: int = 256, say=None) -> dict:
     """Plan every request of every set in every mode; returns the measurements (module docstring)."""
     specs = _declared_arguments(bank)
-    all_skills = {s for e in bank.manifest.shards for s in e.skills}
-    families = {s: e.name for e in bank.manifest.shards for s in e.skills}
+    families = {s: e.name for e in bank.manifest.shards for s in e.skills}  # skill -> its shard
     result: dict = {"bank": str(bank.root), "max_new_tokens": max_new_tokens, "batch_size": batch_size, "sets": {}}
     for set_name, records in sets.items():
         records = list(records)
@@ -56,12 +55,11 @@ def evaluate_decoding(bank, sets: dict[str, Sequence[Record]], modes: Sequence[s
             plans = bank.plan([r.request for r in records], batch_size=batch_size, max_new_tokens=max_new_tokens,
                               **MODES[mode])
             seconds = time.perf_counter() - t0
-            entry["modes"][mode] = _measure(records, plans, specs, all_skills, families, seconds,
-                                            bank.execution.stats.generated_tokens - tokens0)
+            entry["modes"][mode], ems = _measure(records, plans, specs, families, seconds,
+                                                 bank.execution.stats.generated_tokens - tokens0)
             result.setdefault("predictions", []).extend(
                 {"set": set_name, "mode": mode, "id": r.id, "family": r.family, "shard": p.shard, "raw": p.raw,
-                 "error": p.error, "em": score_example(r.graph, TaskGraph.from_dict(p.graph) if p.graph else None).graph_em}
-                for r, p in zip(records, plans))
+                 "error": p.error, "em": em} for r, p, em in zip(records, plans, ems))
         result["sets"][set_name] = entry
     return result
 
@@ -74,13 +72,16 @@ def _declared_arguments(bank) -> dict[str, tuple[str, ...] | None]:
     return out
 
 
-def _measure(records, plans, specs, all_skills, families, seconds: float, tokens: int) -> dict:
+def _measure(records, plans, specs, families, seconds: float, tokens: int) -> tuple[dict, list[float]]:
+    """The measurements of one set in one mode, and each request's graph EM."""
     per_family: dict[str, list[float]] = {}
+    ems: list[float] = []
     kinds: Counter = Counter()
     outside_shard = outside_bank = undeclared = unparsed = capped = 0
     for r, p in zip(records, plans):
         graph = TaskGraph.from_dict(p.graph) if p.graph is not None else None
-        per_family.setdefault(r.family, []).append(score_example(r.graph, graph).graph_em)
+        ems.append(score_example(r.graph, graph).graph_em)
+        per_family.setdefault(r.family, []).append(ems[-1])
         kinds[failure_kind(r.graph, graph, families=families)] += 1
         if graph is None:
             if p.error and "token cap" in p.error:
@@ -88,19 +89,17 @@ def _measure(records, plans, specs, all_skills, families, seconds: float, tokens
             else:
                 unparsed += 1
             continue
-        owned = {s for s, fam in families.items() if fam == p.shard}
-        outside_shard += any(t not in owned for t in graph.tasks)
-        outside_bank += any(t not in all_skills for t in graph.tasks)
+        outside_shard += any(families.get(t) != p.shard for t in graph.tasks)
+        outside_bank += any(t not in families for t in graph.tasks)
         undeclared += any(specs.get(n.task) is not None and a.name not in specs[n.task]
                           for n in graph.nodes for a in n.arguments)
-    em = [x for xs in per_family.values() for x in xs]
-    return {"em": 100 * sum(em) / max(1, len(em)),
+    return {"em": 100 * sum(ems) / max(1, len(ems)),
             "em_per_family": {k: 100 * sum(v) / len(v) for k, v in per_family.items()},
             "route_accuracy": 100 * sum(p.shard == r.family for r, p in zip(records, plans)) / max(1, len(records)),
             "unparsed": unparsed, "token_cap": capped, "skill_outside_shard": outside_shard,
             "skill_outside_bank": outside_bank, "undeclared_argument": undeclared,
             "failure_kinds": {k: kinds.get(k, 0) for k in FAILURE_KINDS},
-            "seconds": round(seconds, 1), "generated_tokens": tokens}
+            "seconds": round(seconds, 1), "generated_tokens": tokens}, ems
 
 
 def render_markdown(result: dict) -> str:

@@ -80,9 +80,13 @@ class Batcher:
         return len(self._pending) + self._running
 
     # -- intake ----------------------------------------------------------------------------------
-    def submit(self, jobs: Sequence[Job]) -> None:
-        if self.depth + len(jobs) > self.queue_size:
+    def check_room(self, n: int) -> None:
+        """Raise :class:`QueueFull` unless ``n`` more jobs fit (callers ask before doing work for them)."""
+        if self.depth + n > self.queue_size:
             raise QueueFull(self.retry_after(), self.depth, self.queue_size)
+
+    def submit(self, jobs: Sequence[Job]) -> None:
+        self.check_room(len(jobs))
         self._pending.extend(jobs)
         self._set_depth()
         self._wake.set()

@@ -128,10 +128,7 @@ class Service:
                 raise ServiceError(413, f"{where} is {len(r)} characters long, the limit is {cfg.max_request_chars}",
                                    param=where)
         requests = [r.strip() for r in requests]
-        if self.batcher.depth + len(requests) > cfg.queue_size:  # refuse before routing and tokenizing
-            self.metrics.errors.labels("queue_full").inc()
-            exc = QueueFull(self.batcher.retry_after(), self.batcher.depth, cfg.queue_size)
-            raise ServiceError(429, str(exc), headers={"Retry-After": str(exc.retry_after_s)})
+        self._admit(lambda: self.batcher.check_room(len(requests)))  # refuse before routing and tokenizing
 
         t0 = time.perf_counter()
         if shard is not None:
@@ -160,12 +157,16 @@ class Service:
             rule = grammar if grammar is not None else (snap.grammar(name) if cfg.constrain else None)
             jobs.append(Job(req, name, entry, p, route_s, mnt, loop.create_future(), prompt_tokens=n_prompt,
                             grammar=rule))
+        self._admit(lambda: self.batcher.submit(jobs))
+        return list(zip(jobs, await self._wait(jobs, http)))
+
+    def _admit(self, step) -> None:
+        """Run a queue step; a full queue is a 429 with Retry-After."""
         try:
-            self.batcher.submit(jobs)
+            step()
         except QueueFull as exc:
             self.metrics.errors.labels("queue_full").inc()
             raise ServiceError(429, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
-        return list(zip(jobs, await self._wait(jobs, http)))
 
     async def _wait(self, jobs: list[Job], http: Request | None) -> list[Output]:
         """Wait for every job, the deadline, or the client going away - whichever comes first."""
