@@ -3,7 +3,7 @@ import json
 import pytest
 
 from skillbank.data.catalog import ArgSpec, Catalog, Family, Skill, skill_id, snake_name
-from skillbank.data.records import read_records, structure_of, write_records
+from skillbank.data.records import Record, read_records, structure_of, write_records
 from skillbank.errors import CatalogError, RecordError, UnknownSkillError
 from skillbank.graph import TaskGraph
 
@@ -113,3 +113,51 @@ def test_catalog_load_errors_name_the_file(tmp_path):
         Catalog.load(tmp_path / "bad.json")
     catalog().save(tmp_path / "ok.json")
     assert Catalog.load(tmp_path / "ok.json").family_keys == ["f1", "f2"]
+
+
+# -- validate_records: every bad line at once (skillbank validate, learn) ---------------------------
+def test_validate_reports_every_bad_line_with_all_reasons(tmp_path):
+    from skillbank.data.records import validate_records
+    cat = Catalog([Skill(PAY, "f1", "pay", arguments=(ArgSpec("bill", required=True),)),
+                   Skill(SEND, "f1", "send", arguments=(ArgSpec("content"),)), Skill(OTHER, "f2", "other")],
+                  [Family("f1", "F1", (PAY, SEND)), Family("f2", "F2", (OTHER,))])
+    p = write(tmp_path,
+              line("1"),                                                  # fine
+              "{oops",                                                    # 2 malformed JSON
+              line("2", request=" "),                                     # 3 empty request
+              json.dumps({"id": "3", "family": "f1", "request": "x"}),     # 4 missing field
+              line("4", nodes=((PAY, (("bill", "<node-3>"),)),)),         # 5 invalid graph
+              line("5", nodes=(("S::f1::nope", ()),)),                    # 6 unknown skill
+              line("6", nodes=((PAY, (("bill", "x"), ("amount", "3"))),)),  # 7 undeclared argument
+              line("7", nodes=((PAY, ()),)),                              # 8 required argument missing
+              line("8", family="f2"),                                     # 9 wrong family
+              line("1"),                                                  # 10 duplicate id
+              line("9", nodes=((OTHER, (("x", "1"),)),)),                 # 11 other family's skill + no args declared
+              line("10", nodes=((SEND, (("content", "hi"),)),)))          # fine
+    v = validate_records(p, cat, family="f1")
+    assert [r.id for r in v.records] == ["1", "10"] and v.lines == 12 and not v.ok
+    by_line = {e.line: e.reason for e in v.errors}
+    assert sorted(by_line) == list(range(2, 12))
+    assert "malformed JSON" in by_line[2] and "empty request" in by_line[3]
+    assert "missing field 'graph'" in by_line[4] and "does not exist" in by_line[5]
+    assert "unknown skill(s) ['S::f1::nope']" in by_line[6]
+    assert "undeclared argument(s) ['amount'] (declared: ['bill'])" in by_line[7]
+    assert "lacks required argument(s) ['bill']" in by_line[8]
+    assert "family 'f2', expected 'f1'" in by_line[9]
+    assert "duplicate record id '1' (first on line 1)" in by_line[10]
+    assert "another family than 'f1'" in by_line[11] and "declares no arguments" in by_line[11]
+    assert all(str(e).startswith(f"{p}:{e.line}: ") for e in v.errors)
+    assert v.summary() == f"{p}: 10 bad line(s) of 12, 2 valid"
+    with pytest.raises(RecordError, match="10 bad line") as info:
+        v.raise_if_bad(limit=3)
+    assert "and 7 more" in str(info.value)
+
+
+def test_validate_in_memory_records_and_dicts():
+    from skillbank.data.records import validate_records
+    good = json.loads(line("1"))
+    v = validate_records([good, Record.from_dict(json.loads(line("2"))), {"id": "3"}], catalog(), family="f1")
+    assert [r.id for r in v.records] == ["1", "2"]
+    assert len(v.errors) == 1 and v.errors[0].line == 3 and str(v.errors[0]).startswith("item 3: missing field")
+    assert validate_records([good], catalog(), family="f1").raise_if_bad().ok
+    assert validate_records([], catalog()).summary() == "records: 0 record(s), all valid"

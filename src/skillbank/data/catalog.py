@@ -3,6 +3,10 @@
 A *skill* is one canonical tool id (``<Source>::<family>::<snake_name>``) with typed arguments.
 A *family* is a set of skills learned together in one continual stage (one executor shard).
 A catalog is valid only when its families partition its skills: every skill in exactly one family.
+
+On disk a catalog is this project's ``catalog.json`` (:meth:`Catalog.to_dict`); :meth:`Catalog.load`
+also reads an OpenAI function-calling tools list or an MCP tools/list result as one family
+(:mod:`skillbank.data.tool_formats`).
 """
 from __future__ import annotations
 
@@ -33,6 +37,24 @@ class ArgSpec:
     name: str
     type: str = "string"
     description: str = ""
+    required: bool = False  # from a JSON Schema's "required"; validation checks that gold graphs give it
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        if not self.required:
+            del d["required"]  # catalogs saved before the field existed stay byte-identical
+        return d
+
+    @classmethod
+    def from_dict(cls, d: object, where: str = "argument") -> "ArgSpec":
+        if not isinstance(d, dict) or not isinstance(d.get("name"), str) or not d["name"].strip():
+            raise CatalogError(f"{where}: an argument spec needs a non-empty string 'name', got {d!r}")
+        unknown = sorted(set(d) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise CatalogError(f"{where}: argument {d['name']!r} has unknown field(s) {unknown}")
+        if not isinstance(d.get("required", False), bool):
+            raise CatalogError(f"{where}: argument {d['name']!r}: 'required' must be true or false")
+        return cls(**d)
 
 
 @dataclass(frozen=True)
@@ -49,12 +71,14 @@ class Skill:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["arguments"] = [asdict(a) for a in self.arguments]
+        d["arguments"] = [a.to_dict() for a in self.arguments]
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Skill":
-        args = tuple(ArgSpec(**a) for a in d.get("arguments", ()))
+        if not isinstance(d.get("arguments", []), list):
+            raise CatalogError(f"skill {d.get('id')!r}: 'arguments' must be a list")
+        args = tuple(ArgSpec.from_dict(a, f"skill {d.get('id')!r}") for a in d.get("arguments", ()))
         return cls(id=d["id"], family=d["family"], name=d.get("name", d["id"]),
                    description=d.get("description", ""), arguments=args)
 
@@ -140,21 +164,21 @@ class Catalog:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Catalog":
+        if not isinstance(d, dict):
+            raise CatalogError(f"expected an object with 'families' and 'skills', got {type(d).__name__}")
         try:
             skills = [Skill.from_dict(s) for s in d["skills"]]
             families = [Family(f["key"], f.get("title", f["key"]), tuple(f["skills"])) for f in d["families"]]
-        except (KeyError, TypeError) as exc:
-            raise CatalogError(f"catalog is missing a field: {exc}") from None
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise CatalogError(f"catalog is missing a field or has one of the wrong type: {exc}") from None
         return cls(skills, families)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1, ensure_ascii=False) + "\n")
 
     @classmethod
-    def load(cls, path: str | Path) -> "Catalog":
-        path = Path(path)
-        data = read_json(path, CatalogError, what="catalog")
-        try:
-            return cls.from_dict(data)
-        except CatalogError as exc:
-            raise CatalogError(f"{path}: {exc}") from None
+    def load(cls, path: str | Path, family: str | None = None) -> "Catalog":
+        """Read ``path``: this project's catalog.json, or an OpenAI tools list / MCP tools/list result,
+        whose tools all form the one family ``family`` (the format is told by the content)."""
+        from skillbank.data.tool_formats import load_catalog
+        return load_catalog(path, family)

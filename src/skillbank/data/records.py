@@ -10,13 +10,16 @@ links form a path) or ``dag`` (anything else), as TaskBench's ``type`` field.
 
 Reading validates every line and raises :class:`RecordError` naming the file, the 1-based line and
 the reason; with ``skip_invalid=True`` bad lines are collected (never silently dropped) and returned.
+:func:`validate_records` checks a whole file (or in-memory records) at once and reports every bad line
+with all its reasons - argument names against the catalog included - for ``skillbank validate`` and
+``learn``.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping, Union
 
 from skillbank.data.catalog import Catalog
 from skillbank.errors import GraphError, RecordError, UnknownSkillError
@@ -108,6 +111,129 @@ def iter_jsonl(path: str | Path, *, errors: str = "raise") -> Iterator[tuple[int
                 yield lineno, err
 
 
+Source = Union[str, Path, Iterable[Union[Record, Mapping[str, Any]]]]
+
+
+@dataclass
+class Validation:
+    """Every problem of a records source at once: what ``skillbank validate`` prints and ``learn`` checks.
+
+    records: the items that passed every check, in order. errors: one :class:`RecordError` per bad item
+    (file and 1-based line, or "item N" for the N-th in-memory record; all of its reasons).
+    """
+
+    records: list[Record]
+    errors: list[RecordError]
+    path: str | None = None
+    lines: int = 0  # non-blank lines (items) read
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def summary(self) -> str:
+        where = self.path or "records"
+        if self.ok:
+            return f"{where}: {self.lines} record(s), all valid"
+        return (f"{where}: {len(self.errors)} bad line(s) of {self.lines}, {len(self.records)} valid"
+                if self.path else f"{where}: {len(self.errors)} bad record(s) of {self.lines}, {len(self.records)} valid")
+
+    def raise_if_bad(self, limit: int = 20) -> "Validation":
+        """Raise one :class:`RecordError` listing the bad items (the first ``limit``), or return self."""
+        if self.errors:
+            shown = "\n  ".join(str(e) for e in self.errors[:limit])
+            more = f"\n  ... and {len(self.errors) - limit} more" if len(self.errors) > limit else ""
+            raise RecordError(f"{self.summary()}:\n  {shown}{more}")
+        return self
+
+
+def validate_records(source: Source, catalog: Catalog | None = None, *, family: str | None = None,
+                     check_arguments: bool = True) -> Validation:
+    """Check every record of ``source`` (a JSONL path, or Record objects / dicts) and report all problems.
+
+    Per line: malformed JSON, missing fields, empty request, invalid graph or structure; with ``catalog``:
+    unknown skills, skills of another of its families than ``family`` and, when ``check_arguments``,
+    argument names the catalog does not declare for the skill (a shard decodes under its catalog's
+    argument names, so such a target could never be written) and required arguments left out; with
+    ``family``: a record of another family; and duplicate ids.
+    Nothing is raised for a bad line; a missing file raises :class:`RecordError`.
+    """
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        items: Iterable[tuple[int, Any]] = iter_jsonl(path, errors="yield")
+        out = Validation([], [], str(path))
+    else:
+        path = None
+        items = ((i, r.to_dict() if isinstance(r, Record) else r) for i, r in enumerate(source, start=1))
+        out = Validation([], [])
+    for lineno, rec, errors in _check(items, path, catalog, family, check_arguments):
+        out.lines += 1
+        if errors:
+            first = errors[0]
+            if len(errors) > 1:
+                first = type(first)("; ".join(e.reason for e in errors), first.path, first.line)
+            out.errors.append(first)
+        else:
+            out.records.append(rec)
+    return out
+
+
+def _check(items: Iterable[tuple[int, Any]], path: Path | None, catalog: Catalog | None, family: str | None,
+           check_arguments: bool) -> Iterator[tuple[int, Record | None, list[RecordError]]]:
+    """(line, record or None, its errors) per item; the checks :func:`validate_records` documents."""
+    seen: dict[str, int] = {}
+    for lineno, obj in items:
+        def err(reason: str, kind: type[RecordError] = RecordError) -> RecordError:
+            if path is None:
+                return kind(f"item {lineno}: {reason}", None, lineno)
+            return kind(reason, path, lineno)
+        if isinstance(obj, RecordError):
+            yield lineno, None, [obj]
+            continue
+        try:
+            rec = Record.from_dict(obj)
+        except RecordError as exc:
+            yield lineno, None, [err(exc.reason)]
+            continue
+        errors = []
+        if catalog is not None:
+            unknown = catalog.unknown_skills(rec.graph)
+            if unknown:
+                errors.append(err(f"record {rec.id}: unknown skill(s) {unknown}", UnknownSkillError))
+            elif family is not None and family in catalog.family_keys:
+                outside = sorted({t for t in rec.graph.tasks if catalog.family_map[t] != family})
+                if outside:
+                    errors.append(err(f"record {rec.id}: skill(s) of another family than {family!r}: {outside}"))
+            if check_arguments:
+                errors += [err(f"record {rec.id}: {p}") for p in argument_problems(rec.graph, catalog)]
+        if family is not None and rec.family != family:
+            errors.append(err(f"record {rec.id}: family {rec.family!r}, expected {family!r}"))
+        if rec.id in seen:
+            errors.append(err(f"duplicate record id {rec.id!r} (first on line {seen[rec.id]})"))
+        else:
+            seen[rec.id] = lineno
+        yield lineno, rec, errors
+
+
+def argument_problems(graph: TaskGraph, catalog: Catalog) -> list[str]:
+    """Each node's argument names against its skill's declared ones (skills the catalog lacks are skipped)."""
+    problems = []
+    for i, node in enumerate(graph.nodes):
+        skill = catalog.skills.get(node.task)
+        if skill is None:
+            continue
+        declared = skill.argument_names
+        given = [a.name for a in node.arguments]
+        extra = [n for n in given if n not in declared]
+        if extra:
+            what = f"declared: {list(declared)}" if declared else "the catalog declares no arguments for it"
+            problems.append(f"node {i} ({node.task}) has undeclared argument(s) {extra} ({what})")
+        missing = [a.name for a in skill.arguments if a.required and a.name not in given]
+        if missing:
+            problems.append(f"node {i} ({node.task}) lacks required argument(s) {missing}")
+    return problems
+
+
 def read_records(path: str | Path, catalog: Catalog | None = None, *, skip_invalid: bool = False,
                  family: str | None = None) -> RecordSet:
     """Read and validate a records file.
@@ -115,38 +241,18 @@ def read_records(path: str | Path, catalog: Catalog | None = None, *, skip_inval
     catalog: when given, every node's skill id must be in it (else :class:`UnknownSkillError`).
     family: when given, every record must belong to this family.
     skip_invalid: collect bad lines in ``RecordSet.skipped`` instead of raising on the first.
+    Argument names are not checked here (scoring reads gold files whose catalogs may be partial); use
+    :func:`validate_records` for the full checks.
     """
     path = Path(path)
     out = RecordSet([], [], str(path))
-    seen: dict[str, int] = {}
-
-    def fail(err: RecordError):
-        if not skip_invalid:
-            raise err
-        out.skipped.append(err)
-
-    for lineno, obj in iter_jsonl(path, errors="yield"):
-        if isinstance(obj, RecordError):
-            fail(obj)
-            continue
-        try:
-            rec = Record.from_dict(obj)
-        except RecordError as exc:
-            fail(RecordError(exc.reason, path, lineno))
-            continue
-        if catalog is not None:
-            unknown = catalog.unknown_skills(rec.graph)
-            if unknown:
-                fail(UnknownSkillError(f"record {rec.id}: unknown skill(s) {unknown}", path, lineno))
-                continue
-        if family is not None and rec.family != family:
-            fail(RecordError(f"record {rec.id}: family {rec.family!r}, expected {family!r}", path, lineno))
-            continue
-        if rec.id in seen:
-            fail(RecordError(f"duplicate record id {rec.id!r} (first on line {seen[rec.id]})", path, lineno))
-            continue
-        seen[rec.id] = lineno
-        out.records.append(rec)
+    for _, rec, errors in _check(iter_jsonl(path, errors="yield"), path, catalog, family, False):
+        if errors:
+            if not skip_invalid:
+                raise errors[0]
+            out.skipped.append(errors[0])
+        else:
+            out.records.append(rec)
     return out
 
 
