@@ -79,11 +79,15 @@ def test_learn_plan_info_via_cli(tmp_path, tiny_model_dir, small_stream):
     assert json.loads(r.stdout)["shards"][0]["name"] == key
     (tmp_path / "reqs.jsonl").write_text("".join(json.dumps({"id": x.id, "request": x.request}) + "\n"
                                                  for x in small_stream.test[key]))
-    r = invoke("plan", bank, "--file", tmp_path / "reqs.jsonl", "--max-new-tokens", 4)
+    # six training requests cannot tell every held-out request from English: plan them all with --no-scope
+    r = invoke("plan", bank, "--file", tmp_path / "reqs.jsonl", "--max-new-tokens", 4, "--no-scope")
     assert r.exit_code == 0, r.output
     lines = [json.loads(x) for x in r.stdout.strip().splitlines()]
     assert [x["id"] for x in lines] == [x.id for x in small_stream.test[key]]
     assert all(x["shard"] == key for x in lines)
+    r = invoke("plan", bank, "what is the capital of France?", "--max-new-tokens", 4)
+    refused = json.loads(r.stdout)
+    assert refused["out_of_scope"] and refused["shard"] is None and "no learned skill family" in refused["reason"]
     r = invoke("learn", bank, "--family", key, "--data", tmp_path / "stage.jsonl")
     assert r.exit_code == 2 and "already in the bank" in r.output
     r = invoke("plan", tmp_path / "stage.jsonl", "hello")
@@ -100,3 +104,184 @@ def test_version_and_short_help():
     for args in (["-h"], ["plan", "-h"]):
         r = runner.invoke(app, args)
         assert r.exit_code == 0 and "Usage" in r.output
+
+
+# -- issue 15 item 7: plan --file forms, a quiet plan, score on the runner's predictions, shard base names ----
+@pytest.fixture(scope="module")
+def tiny_bank(tmp_path_factory, tiny_model_dir, small_stream):
+    """A one-shard bank on the tiny model, learned through the CLI (with its catalog: complete grammars)."""
+    root = tmp_path_factory.mktemp("cli-bank")
+    key = "t4_vision_document"
+    write_records(root / "stage.jsonl", small_stream.train[key])
+    small_stream.catalog.save(root / "catalog.json")
+    r = invoke("learn", root / "bank", "--family", key, "--data", root / "stage.jsonl", "--catalog",
+               root / "catalog.json", "--base", tiny_model_dir, "--epochs", 1, "--recipe", "small-cpu")
+    assert r.exit_code == 0, r.output
+    return root / "bank"
+
+
+def test_plan_file_plain_text_jsonl_and_stdin(tmp_path, tiny_bank, small_stream):
+    reqs = [x.request for x in small_stream.test["t4_vision_document"]]
+    # Plain text: one request per non-blank line, the id its line number (blank lines keep the numbering).
+    (tmp_path / "reqs.txt").write_text(f"{reqs[0]}\n\n  {reqs[1]}  \n")
+    r = invoke("plan", tiny_bank, "--file", tmp_path / "reqs.txt", "--max-new-tokens", 4)
+    assert r.exit_code == 0, r.output
+    lines = [json.loads(x) for x in r.stdout.strip().splitlines()]
+    assert [(x["id"], x["request"]) for x in lines] == [(1, reqs[0]), (3, reqs[1])]
+    # stdin, as JSONL (decided by the first line's '{', not by a suffix) and as plain text.
+    jsonl = "".join(json.dumps({"id": f"r{i}", "request": q}) + "\n" for i, q in enumerate(reqs[:2]))
+    r = runner.invoke(app, ["plan", str(tiny_bank), "--file", "-", "--max-new-tokens", "4"], input=jsonl)
+    assert r.exit_code == 0, r.output
+    assert [json.loads(x)["id"] for x in r.stdout.strip().splitlines()] == ["r0", "r1"]
+    r = runner.invoke(app, ["plan", str(tiny_bank), "--file", "-", "--max-new-tokens", "4"], input=reqs[2] + "\n")
+    assert r.exit_code == 0, r.output
+    assert [(x["id"], x["request"]) for x in map(json.loads, r.stdout.strip().splitlines())] == [(1, reqs[2])]
+    r = invoke("plan", "-h")
+    help_text = " ".join(r.output.replace("│", " ").split())  # rich wraps the help inside a box
+    assert "plain text" in help_text and "'-' for stdin" in help_text
+
+
+def test_plan_file_errors_name_file_and_line(tmp_path):
+    bank = tmp_path / "no-bank"  # the input is read before any bank or model is opened
+    (tmp_path / "bad.jsonl").write_text('{"id": 1, "request": "a"}\n\n{"id": 2, "request": \n')
+    r = invoke("plan", bank, "--file", tmp_path / "bad.jsonl")
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "bad.jsonl:3: malformed JSON" in r.output and "first line starts with '{'" in r.output
+    (tmp_path / "bad.jsonl").write_text('{"id": 1, "request": "a"}\n{"id": 2, "text": "b"}\n')
+    r = invoke("plan", bank, "--file", tmp_path / "bad.jsonl")
+    assert r.exit_code == 2 and "bad.jsonl:2: each JSONL line needs a string 'request'" in r.output
+    r = runner.invoke(app, ["plan", str(bank), "--file", "-"], input='{"request": "a"}\nnot json\n')
+    assert r.exit_code == 2 and "<stdin>:2: malformed JSON" in r.output
+    r = runner.invoke(app, ["plan", str(bank), "--file", "-"], input="\n  \n")
+    assert r.exit_code == 2 and "no requests" in r.output
+    r = invoke("plan", bank, "--file", tmp_path / "missing.txt")
+    assert r.exit_code == 2 and "missing.txt: no such file" in r.output
+
+
+def test_plan_stderr_has_only_our_own_lines(tiny_bank, small_stream):
+    """No transformers warnings or weight-loading bars: a real process, so every writer to stderr is seen."""
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "skillbank", "plan", str(tiny_bank),
+                        small_stream.test["t4_vision_document"][0].request, "--max-new-tokens", "4"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["request"] == small_stream.test["t4_vision_document"][0].request
+    foreign = [line for line in p.stderr.splitlines() if line.strip() and not line.startswith("skillbank:")]
+    assert foreign == [], p.stderr
+
+
+def test_load_base_restores_transformers_switches(tiny_model_dir):
+    """The quiet load is scoped: transformers' verbosity and bar switch are as they were afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    from skillbank.model.base import BaseModelConfig, load_base
+    before = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    load_base(BaseModelConfig(name=str(tiny_model_dir), threads=1))
+    assert (hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()) == before
+
+
+def _runner_row(variant, rec, output, graph, error=None):
+    # The continual runner's predictions.jsonl row (skillbank.continual.runner.evaluate_stage).
+    return {"variant": variant, "id": rec.id, "family": rec.family, "route": rec.family,
+            "state": f"shard:{rec.family}:sha256:0", "output": output, "em": None, "error": error,
+            "graph": graph, "mean_logprob": -0.1}
+
+
+def test_score_reads_runner_predictions(tmp_path, small_stream):
+    from skillbank.model.serialization import encode
+    from skillbank.train.executor import common_prefix
+    fams = ["t1_daily_life", "t2_language_speech"]
+    golds = [r for k in fams for r in small_stream.test[k]]  # 3 + 3
+    write_records(tmp_path / "gold.jsonl", golds)
+    prefix = {k: common_prefix(list(small_stream.catalog.family(k).skills)) for k in fams}
+    compact = {r.id: encode(r.graph, "compact", prefix[r.family]) for r in golds}
+    rows = []
+    # fsm: graph + compact output (the graph is the prediction); one invalid (graph null, its reason kept);
+    # golds[5] is missing.
+    for r in golds[:4]:
+        rows.append(_runner_row("fsm", r, compact[r.id], r.graph.canonical().to_dict()))
+    rows.append(_runner_row("fsm", golds[4], "book{", None, "line 1 (book): arguments are not a JSON object"))
+    # oracle: the same ids again (another group); compact output only, decoded with the routed family's
+    # prefix; golds[0]'s output is another request's graph (wrong), golds[1]'s a JSON output.
+    for r in golds:
+        row = _runner_row("oracle", r, compact[r.id], None)
+        del row["graph"], row["error"]
+        row["format"] = "compact"
+        rows.append(row)
+    rows[5]["output"] = compact[golds[3].id]
+    rows[6].update(format="json", output=golds[1].graph.to_json())
+    pred = tmp_path / "predictions.jsonl"
+    pred.write_text("".join(json.dumps(x) + "\n" for x in rows))
+
+    r = invoke("score", "--gold", tmp_path / "gold.jsonl", "--pred", pred, "--json")
+    assert r.exit_code == 0, r.output
+    out = {g["group"]["variant"]: g for g in json.loads(r.stdout)["groups"]}
+    assert out["fsm"]["overall"]["graph_em"] == pytest.approx(4 / 6)
+    assert out["fsm"]["missing"] == 1
+    assert out["fsm"]["invalid_reasons"] == {"line 1 (book)": 1, "no prediction": 1}
+    assert out["oracle"]["overall"]["graph_em"] == pytest.approx(5 / 6) and out["oracle"]["missing"] == 0
+    assert out["oracle"]["per_family"]["t2_language_speech"]["graph_em"] == 1.0
+    r = invoke("score", "--gold", tmp_path / "gold.jsonl", "--pred", pred)
+    assert r.exit_code == 0 and "variant=fsm" in r.output and "variant=oracle" in r.output
+
+    # A stream directory as gold (its test split and catalog): the same scores for the families it has.
+    stream_dir = small_stream.save(tmp_path / "stream")
+    r = invoke("score", "--gold", stream_dir, "--pred", pred, "--json")
+    assert r.exit_code == 0, r.output
+    fsm = next(g for g in json.loads(r.stdout)["groups"] if g["group"] == {"variant": "fsm"})
+    assert fsm["per_family"]["t1_daily_life"]["graph_em"] == 1.0
+    assert fsm["missing"] == 1 + 9  # golds[5] and the three families without predictions
+
+    # Compact output without a format field is JSON unless --format says otherwise; without a known family
+    # its prefix cannot be found: an error naming the line.
+    for row in rows[5:]:
+        row.pop("format")
+    rows[6]["output"] = compact[golds[1].id]
+    pred.write_text("".join(json.dumps(x) + "\n" for x in rows))
+    r = invoke("score", "--gold", tmp_path / "gold.jsonl", "--pred", pred, "--format", "compact", "--json")
+    oracle = next(g for g in json.loads(r.stdout)["groups"] if g["group"] == {"variant": "oracle"})
+    assert oracle["overall"]["graph_em"] == pytest.approx(5 / 6)
+    rows[7]["route"] = rows[7]["family"] = "t9_nowhere"
+    pred.write_text("".join(json.dumps(x) + "\n" for x in rows))
+    r = invoke("score", "--gold", tmp_path / "gold.jsonl", "--pred", pred, "--format", "compact")
+    assert r.exit_code == 2 and "predictions.jsonl:8: a compact output needs the family prefix" in r.output
+
+
+def test_score_group_errors_name_file_and_line(tmp_path, small_stream):
+    golds = small_stream.test["t2_language_speech"]
+    write_records(tmp_path / "gold.jsonl", golds)
+    g = golds[0].graph.to_dict()
+    pred = tmp_path / "pred.jsonl"
+    pred.write_text(json.dumps(_runner_row("fsm", golds[0], "", g)) + "\n"
+                    + json.dumps(_runner_row("fsm", golds[0], "", g)) + "\n")
+    r = invoke("score", "--gold", tmp_path / "gold.jsonl", "--pred", pred)
+    assert r.exit_code == 2 and "pred.jsonl:2: duplicate prediction for id" in r.output and "variant=fsm" in r.output
+    pred.write_text(json.dumps(_runner_row("fsm", golds[0], "", g)) + "\n"
+                    + json.dumps({"id": golds[1].id, "graph": g}) + "\n")
+    r = invoke("score", "--gold", tmp_path / "gold.jsonl", "--pred", pred)
+    assert r.exit_code == 2 and "pred.jsonl:2: group fields [] differ" in r.output
+    pred.write_text(json.dumps({"variant": "a", "id": golds[0].id, "output": "x", "format": "yaml"}) + "\n")
+    r = invoke("score", "--gold", tmp_path / "gold.jsonl", "--pred", pred)
+    assert r.exit_code == 2 and "pred.jsonl:1: 'format' must be one of" in r.output
+
+
+def test_shard_adapter_config_names_a_loadable_base(tmp_path, tiny_bank, tiny_model_dir, monkeypatch):
+    from peft import PeftConfig
+
+    from skillbank.memory.bank import SkillBank, read_manifest
+    from skillbank.memory.execution import EMBEDDED_HF_ID, peft_base_name
+    shard_dir = tiny_bank / read_manifest(tiny_bank).shards[0].dir
+    expected = str(tiny_model_dir.resolve())
+    assert json.loads((shard_dir / "adapter_config.json").read_text())["base_model_name_or_path"] == expected
+    assert PeftConfig.from_pretrained(str(shard_dir)).base_model_name_or_path == expected
+    # The embedded base is named by its hub id; the bank's own check stays the digest in bank.json.
+    sb = SkillBank.open(tiny_bank)
+    sb.execution.base.identity["name"] = "embedded"
+    sb.execution.save_shard("t4_vision_document", tmp_path / "copy")
+    assert PeftConfig.from_pretrained(str(tmp_path / "copy")).base_model_name_or_path == EMBEDDED_HF_ID
+    assert read_manifest(tiny_bank).base["name"] == str(tiny_model_dir)
+    # A relative directory is written absolute; a hub id as it is.
+    monkeypatch.chdir(tiny_model_dir.parent)
+    assert peft_base_name(tiny_model_dir.name) == expected
+    assert peft_base_name("Qwen/Qwen3-8B") == "Qwen/Qwen3-8B"

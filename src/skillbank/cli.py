@@ -125,39 +125,58 @@ def stream_info(stream_dir: Path = typer.Argument(..., help="A stream directory.
 @app.command()
 @friendly_errors
 def score(
-    gold: Path = typer.Option(..., help="Gold records (JSONL, skillbank record format)."),
-    pred: Path = typer.Option(..., help="Predictions (JSONL: id + output text, or id + graph)."),
+    gold: Path = typer.Option(..., help="Gold records (JSONL, skillbank record format), or a stream directory "
+                              "(its held-out test split; its catalog.json too, unless --catalog)."),
+    pred: Path = typer.Option(..., help="Predictions (JSONL: id + graph, or id + output text), e.g. a run's "
+                              "methods/<method>/<order>/predictions.jsonl (scored per 'variant')."),
     catalog: Optional[Path] = typer.Option(None, help="catalog.json: check gold skills; TaskBench node F1 ignores unknown predicted ids as TaskBench does."),
-    as_json: bool = typer.Option(False, "--json", help="Print the scores as JSON."),
+    output_format: str = typer.Option("json", "--format", help="Target format of 'output' texts in rows without "
+                                      "a 'format' field: 'json' or 'compact'."),
+    as_json: bool = typer.Option(False, "--json", help="Print the scores as JSON ({\"groups\": [...]} when rows "
+                                 "carry group fields such as 'variant')."),
 ):
-    """Score predicted task graphs against gold: EM, tool choice, argument F1, TaskBench node/edge F1."""
+    """Score predicted task graphs against gold: EM, tool choice, argument F1, TaskBench node/edge F1.
+
+    A row's 'graph' is the prediction when present (a run's rows), else its 'output' text is decoded.
+
+    Rows with group fields (method, order, stage, variant, mode) are scored per group."""
     from skillbank.data.catalog import Catalog
     from skillbank.data.records import read_records
-    from skillbank.scoring import read_predictions, score_records
+    from skillbank.scoring import family_prefixes, read_predictions, score_groups
     cat = Catalog.load(catalog) if catalog else None
-    golds = read_records(gold, cat).records
-    report = score_records(golds, read_predictions(pred), set(cat.skills) if cat else None)
+    if gold.is_dir():
+        from skillbank.data.stream import Stream
+        stream = Stream.load(gold)
+        cat = cat or stream.catalog
+        golds = [r for k in stream.family_keys for r in stream.test.get(k, [])]
+    else:
+        golds = read_records(gold, cat).records
+    groups = read_predictions(pred, default_format=output_format, prefixes=lambda: family_prefixes(golds, cat))
+    scored = score_groups(golds, groups, set(cat.skills) if cat else None, where=pred)
     if as_json:
-        print(json.dumps({"overall": report.overall, "per_family": report.per_family,
-                          "task_macro_em": report.task_macro_em, "missing": report.missing,
-                          "invalid_reasons": report.invalid_reasons}, indent=1))
+        if len(scored) == 1 and not scored[0][0].key:
+            print(json.dumps(scored[0][1].to_dict(), indent=1))
+        else:
+            print(json.dumps({"groups": [{"group": g.key, **r.to_dict()} for g, r in scored]}, indent=1))
         return
     cols = ("graph_em", "tool_choice", "arg_f1", "node_set_exact", "arg_value_exact", "edge_exact",
             "valid")
-    table = Table(title=f"{gold.name} vs {pred.name} (percent)")
-    table.add_column("family")
-    table.add_column("n", justify="right")
-    for c in cols:
-        table.add_column(c, justify="right")
-    for fam, m in sorted(report.per_family.items()):
-        table.add_row(fam, str(int(m["n"])), *(pct(m[c]) for c in cols))
-    o = report.overall
-    table.add_row("[bold]all[/]", str(int(o["n"])), *(pct(o[c]) for c in cols))
-    out.print(table)
-    out.print(f"task-macro EM {pct(report.task_macro_em)}   TaskBench node F1 {pct(o['node_f1'])}   "
-              f"edge F1 {pct(o['edge_f1'])}   missing predictions {report.missing}")
-    if report.invalid_reasons:
-        out.print("invalid outputs: " + ", ".join(f"{k} x{v}" for k, v in report.invalid_reasons.items()))
+    for group, report in scored:
+        title = f"{gold.name} vs {pred.name}" + (f", {group.label}" if group.key else "") + " (percent)"
+        table = Table(title=title)
+        table.add_column("family")
+        table.add_column("n", justify="right")
+        for c in cols:
+            table.add_column(c, justify="right")
+        for fam, m in sorted(report.per_family.items()):
+            table.add_row(fam, str(int(m["n"])), *(pct(m[c]) for c in cols))
+        o = report.overall
+        table.add_row("[bold]all[/]", str(int(o["n"])), *(pct(o[c]) for c in cols))
+        out.print(table)
+        out.print(f"task-macro EM {pct(report.task_macro_em)}   TaskBench node F1 {pct(o['node_f1'])}   "
+                  f"edge F1 {pct(o['edge_f1'])}   missing predictions {report.missing}")
+        if report.invalid_reasons:
+            out.print("invalid outputs: " + ", ".join(f"{k} x{v}" for k, v in report.invalid_reasons.items()))
 
 
 # -- routing ------------------------------------------------------------------------------------
@@ -274,7 +293,7 @@ def _train_config(config: Optional[Path], epochs: Optional[int], target_format: 
     from skillbank.config import RunConfig
     from skillbank.train.executor import TrainConfig
     if recipe not in ("paper", "small-cpu"):
-        raise typer.BadParameter(f"--recipe must be 'paper' or 'small-cpu', got {recipe!r}")
+        raise typer.BadParameter(f"--recipe must be 'auto', 'paper' or 'small-cpu', got {recipe!r}")
     train = TrainConfig.for_small_cpu().to_dict() if recipe == "small-cpu" else {}
     if config:
         train.update(RunConfig.from_toml(config).train)
@@ -299,36 +318,137 @@ def create(bank: Path = typer.Argument(..., help="Directory of the new bank."),
 
 @app.command()
 @friendly_errors
+def validate(
+    data: Path = typer.Option(..., help="Records (JSONL): one {\"id\", \"family\", \"request\", \"graph\"} per line."),
+    catalog: Optional[Path] = typer.Option(None, help="Catalog: skillbank catalog.json, an OpenAI tools list or an MCP "
+                                           "tools/list result (then --family names its one family)."),
+    family: Optional[str] = typer.Option(None, help="Every record must belong to this family."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+):
+    """Check a records file the way `learn` does and report every bad line (file:line: reason).
+
+    Exit code 0 when every line is valid, 1 when some are not, 2 when the file or catalog cannot be read."""
+    from skillbank.data.catalog import Catalog
+    from skillbank.data.records import validate_records
+    cat = Catalog.load(catalog, family) if catalog else None
+    v = validate_records(data, cat, family=family)
+    if as_json:
+        print(json.dumps({"path": v.path, "lines": v.lines, "valid": len(v.records), "ok": v.ok,
+                          "errors": [{"line": e.line, "reason": e.reason} for e in v.errors]}, indent=1))
+    else:
+        for e in v.errors:
+            print(e)
+        print(v.summary())
+    raise typer.Exit(0 if v.ok else 1)
+
+
+def _preflight_bank(bank: Path, family: str, records, cat) -> str | None:
+    """What `learn` can refuse before loading a model: the bank's manifest, the family name, skills that
+    another shard owns. Returns the bank's base model name (None when the bank does not exist yet)."""
+    from skillbank.errors import BankError, RecordError
+    from skillbank.memory.bank import MANIFEST, check_family_name, read_manifest
+    check_family_name(family)
+    if not (bank / MANIFEST).exists():
+        if bank.exists() and (not bank.is_dir() or any(bank.iterdir())):
+            raise BankError(f"{bank} exists and is not a skill bank (no {MANIFEST}); choose a new directory")
+        return None
+    manifest = read_manifest(bank)
+    if family in [s.name for s in manifest.shards]:
+        raise BankError(f"family {family!r} is already in the bank; shards are write-once - learn it under a new name")
+    declared = set(cat.family(family).skills) if cat is not None and family in cat.family_keys else \
+        {t for r in records for t in r.graph.tasks}
+    owned = {s: e.name for e in manifest.shards for s in e.skills}
+    clash = sorted(s for s in declared if s in owned)
+    if clash:
+        raise RecordError("skill(s) already learned by another shard (families must be disjoint): "
+                          + ", ".join(f"{s} (in {owned[s]})" for s in clash[:5]))
+    return manifest.base["name"]
+
+
+@app.command()
+@friendly_errors
 def learn(
     bank: Path = typer.Argument(..., help="The bank (created on first use)."),
     family: str = typer.Option(..., help="Name of the new skill family (becomes the shard name)."),
     data: Path = typer.Option(..., help="Stage records (JSONL): request + gold task graph."),
-    catalog: Optional[Path] = typer.Option(None, help="catalog.json: skills of the family (default: those the records use)."),
+    catalog: Optional[Path] = typer.Option(None, help="The family's skills: skillbank catalog.json, an OpenAI tools "
+                                           "list or an MCP tools/list result (default: the skills the records use)."),
     config: Optional[Path] = typer.Option(None, help="TOML with a [train] section (the LoRA recipe)."),
     epochs: Optional[int] = typer.Option(None, help="Override the number of epochs."),
     target_format: Optional[str] = typer.Option(None, help="'json' or 'compact' training targets."),
-    recipe: str = typer.Option("paper", help="'paper' (r16, lr 4e-4, 6 epochs, JSON targets) or 'small-cpu' "
-                               "(compact targets, lr 2e-3, 3 epochs: what a ~135M base on a CPU needs)."),
+    recipe: str = typer.Option("auto", help="'auto' (small-cpu for bases under 1B parameters, the embedded one "
+                               "included; paper otherwise), 'paper' (r16, lr 4e-4, 6 epochs, JSON targets) or "
+                               "'small-cpu' (compact targets, lr 2e-3, 3 epochs: what a ~135M base on a CPU needs)."),
     base: str = typer.Option("embedded", help="Base model when the bank does not exist yet."),
     skip_invalid: bool = typer.Option(False, help="Skip bad record lines (and report them) instead of stopping."),
 ):
-    """Learn a new skill family: train a fresh LoRA on its records only, freeze it, update the Address Memory."""
+    """Learn a new skill family: train a fresh LoRA on its records only, freeze it, update the Address Memory.
+
+    Records, catalog and bank are checked first (the checks of `skillbank validate`, each record's family
+    against --family included): a bad line stops it before any model is loaded or directory created."""
     from skillbank.data.catalog import Catalog
-    from skillbank.data.records import read_records
+    from skillbank.data.records import validate_records
+    from skillbank.errors import RecordError
     from skillbank.memory.bank import SkillBank
     from skillbank.model.base import BaseModelConfig
-    cat = Catalog.load(catalog) if catalog else None
-    rs = read_records(data, cat, skip_invalid=skip_invalid)
-    for e in rs.skipped:
-        err.print(f"skipped {e}", highlight=False)
-    if rs.skipped:
-        err.print(f"skipped {len(rs.skipped)} bad line(s) of {data}")
+    cat = Catalog.load(catalog, family) if catalog else None
+    v = validate_records(data, cat, family=family)
+    for e in v.errors:
+        err.print(f"{'skipped ' if skip_invalid else ''}{e}", markup=False, highlight=False, soft_wrap=True)
+    if v.errors and not skip_invalid:
+        err.print(f"{v.summary()}; nothing learned (fix them, or pass --skip-invalid to learn from the valid ones)",
+                  markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    if v.errors:
+        err.print(f"skipped {len(v.errors)} bad line(s) of {data}", markup=False, highlight=False)
+    if not v.records:
+        raise RecordError(f"no valid records for family {family!r}", data)
+    bank_base = _preflight_bank(bank, family, v.records, cat)
+    if recipe == "auto":
+        from skillbank.train.recipes import recipe_for_base
+        recipe, why = recipe_for_base(bank_base or base)
+        err.print(f"recipe {recipe} (auto): {why}", markup=False, highlight=False, soft_wrap=True)
+    else:
+        err.print(f"recipe {recipe} (--recipe)", markup=False, highlight=False)
     cfg = _train_config(config, epochs, target_format, recipe)
-    sb = SkillBank.open(bank) if (bank / "bank.json").exists() else SkillBank.create(bank, base_config=BaseModelConfig(name=base))
-    entry = sb.learn(family, rs.records, cfg, catalog=cat)
+    sb = SkillBank.open(bank) if bank_base is not None else SkillBank.create(bank, base_config=BaseModelConfig(name=base))
+    entry = sb.learn(family, v.records, cfg, catalog=cat)
     t = entry.training
     err.print(f"learned {family}: shard {entry.dir}, {len(entry.skills)} skills, {t['examples']} examples, "
               f"{t['wall_seconds']:.0f} s, {t['tokens_per_second']:.0f} tokens/s, final loss {t['final_loss']:.3f}")
+
+
+def read_requests(file: Path) -> tuple[list, list[str]]:
+    """Requests of ``plan --file``: (ids, texts). ``-`` is stdin. A file whose first non-blank line starts with
+    ``{`` is JSONL (``{"id", "request"}`` per line, the id defaulting to the line number); any other file is plain
+    text, one request per non-blank line, its id the line number. Deciding by content rather than by suffix
+    lets a pipe (``... | skillbank plan BANK --file -``) carry either form."""
+    from skillbank.errors import RecordError
+    where = "<stdin>" if str(file) == "-" else str(file)
+    try:
+        text = sys.stdin.read() if str(file) == "-" else file.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise RecordError("no such file", where) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecordError(f"cannot read requests ({exc})", where) from None
+    lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    if not lines:
+        raise RecordError("no requests (the input is empty)", where)
+    if not lines[0][1].startswith("{"):
+        return [n for n, _ in lines], [line for _, line in lines]
+    ids, requests = [], []
+    for n, line in lines:
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            # Name the rule that made this JSONL: a plain-text request that starts with "{" lands here.
+            raise RecordError(f"malformed JSON ({exc.msg} at column {exc.colno}); the input is read as JSONL "
+                              "because its first line starts with '{'", where, n) from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("request"), str):
+            raise RecordError("each JSONL line needs a string 'request'", where, n)
+        ids.append(obj.get("id", n))
+        requests.append(obj["request"])
+    return ids, requests
 
 
 @app.command()
@@ -336,7 +456,9 @@ def learn(
 def plan(
     bank: Path = typer.Argument(..., help="The bank."),
     request: Optional[str] = typer.Argument(None, help="A raw request (or use --file)."),
-    file: Optional[Path] = typer.Option(None, "--file", help="JSONL of requests: {\"id\", \"request\"} per line."),
+    file: Optional[Path] = typer.Option(None, "--file", help="Requests to plan, '-' for stdin. JSONL ({\"id\", "
+                                        "\"request\"} per line) when the first non-blank line starts with '{', "
+                                        "else plain text: one request per non-blank line, its id the line number."),
     shard: Optional[str] = typer.Option(None, help="Force this shard instead of routing."),
     max_new_tokens: int = typer.Option(768, help="Generation cap."),
     batch_size: int = typer.Option(8, help="Requests generated together."),
@@ -344,24 +466,18 @@ def plan(
                                    help="Decode with each shard's grammar (only its skills and arguments)."),
     copy_values: bool = typer.Option(False, "--copy-values",
                                      help="Literal argument values must be substrings of the request."),
+    scope: bool = typer.Option(True, "--scope/--no-scope",
+                               help="A request no learned family covers gets no plan (out_of_scope, reason)."),
 ):
-    """Plan requests: route each to one shard, generate its task graph; prints one JSON object per request."""
-    from skillbank.data.records import iter_jsonl
-    from skillbank.errors import RecordError
+    """Plan requests: route each to one shard, generate its task graph; prints one JSON object per request
+    (a request no family covers: "shard": null, "out_of_scope": true and the reason)."""
     from skillbank.memory.bank import SkillBank
     if (request is None) == (file is None):
         raise typer.BadParameter("give exactly one of: a request argument, or --file")
-    ids, requests = [None], [request]
-    if file is not None:
-        ids, requests = [], []
-        for lineno, obj in iter_jsonl(file):
-            if not isinstance(obj, dict) or not isinstance(obj.get("request"), str):
-                raise RecordError("each line needs a string 'request'", file, lineno)
-            ids.append(obj.get("id", lineno))
-            requests.append(obj["request"])
+    ids, requests = read_requests(file) if file is not None else ([None], [request])
     sb = SkillBank.open(bank)
     for rid, p in zip(ids, sb.plan(requests, shard=shard, batch_size=batch_size, max_new_tokens=max_new_tokens,
-                                      constrain=constrain, copy_values=copy_values)):
+                                      constrain=constrain, copy_values=copy_values, scope=scope)):
         d = p.to_dict()
         if rid is not None:
             d = {"id": rid, **d}
@@ -404,24 +520,186 @@ def decoding_eval(
 
 @app.command()
 @friendly_errors
-def info(bank: Path = typer.Argument(..., help="The bank."), as_json: bool = typer.Option(False, "--json")):
+def info(bank: Path = typer.Argument(..., help="The bank."), as_json: bool = typer.Option(False, "--json"),
+         verify: bool = typer.Option(False, "--verify", help="Hash every file against its digest and read the "
+                                     "Address Memory; exit 1 if anything is wrong.")):
     """Show a bank's base model, shards and Address Memory (no model is loaded)."""
     from skillbank.memory.bank import bank_info
-    data = bank_info(bank)
+    data = bank_info(bank, verify=verify)
     if as_json:
         print(json.dumps(data, indent=1))
+    else:
+        scope = data["address"].get("scope")
+        out.print(f"bank {data['root']} (format {data['format']}), base {data['base']['name']} "
+                  f"{data['base']['digest'][:19]}..., address {data['address']['kind']}, out-of-scope detection "
+                  + ("on" if scope and set(scope["families"]) == {s["name"] for s in data["shards"]} else
+                     "off (`skillbank scope fit` adds it)"))
+        table = Table()
+        for col in ("#", "shard", "skills", "format", "examples", "train s", "created"):
+            table.add_column(col)
+        for i, sh in enumerate(data["shards"], 1):
+            table.add_row(str(i), sh["name"], str(sh["skills"]), sh["target_format"], str(sh["train_examples"]),
+                          f"{sh['train_seconds'] or 0:.0f}", sh["created"])
+        out.print(table)
+        if data["orphans"]:
+            out.print(f"leftovers of an interrupted learn (removed by the next learn): {data['orphans']}")
+        if verify:
+            for problem in data["problems"]:
+                err.print(f"[red]problem:[/red] {problem}", highlight=False)
+            out.print("verified: every file matches its digest" if not data["problems"]
+                      else f"verified: {len(data['problems'])} problem(s)")
+    if verify and data["problems"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+@friendly_errors
+def skills(bank: Path = typer.Argument(..., help="The bank."), as_json: bool = typer.Option(False, "--json")):
+    """List every skill of a bank with its family (shard) and arguments (no model is loaded)."""
+    from skillbank.memory.bank import read_manifest, read_skills_specs
+    manifest = read_manifest(bank)
+    rows = []
+    for entry in manifest.shards:
+        specs = {s.get("id"): s for s in read_skills_specs(bank / entry.dir)}
+        for sid in entry.skills:
+            spec = specs.get(sid, {})
+            rows.append({"skill": sid, "family": entry.name, "description": spec.get("description", ""),
+                         "arguments": [a.get("name") for a in spec.get("arguments", [])]})
+    if as_json:
+        print(json.dumps(rows, indent=1, ensure_ascii=False))
         return
-    out.print(f"bank {data['root']} (format {data['format']}), base {data['base']['name']} "
-              f"{data['base']['digest'][:19]}..., address {data['address']['kind']}")
     table = Table()
-    for col in ("#", "shard", "skills", "format", "examples", "train s", "created"):
+    for col in ("skill", "family", "arguments", "description"):
         table.add_column(col)
-    for i, sh in enumerate(data["shards"], 1):
-        table.add_row(str(i), sh["name"], str(sh["skills"]), sh["target_format"], str(sh["train_examples"]),
-                      f"{sh['train_seconds'] or 0:.0f}", sh["created"])
+    for r in rows:
+        table.add_row(r["skill"], r["family"], ", ".join(r["arguments"]), r["description"])
     out.print(table)
-    if data["orphans"]:
-        out.print(f"leftovers of an interrupted learn (removed by the next learn): {data['orphans']}")
+    out.print(f"{len(rows)} skills in {len(manifest.shards)} families")
+
+
+@app.command()
+@friendly_errors
+def forget(bank: Path = typer.Argument(..., help="The bank."),
+           family: str = typer.Argument(..., help="The family (shard) to remove."),
+           keep: Optional[Path] = typer.Option(None, help="Move the shard's directory here instead of deleting it."),
+           yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation.")):
+    """Remove a family: its shard leaves the bank and its statistics leave the Address Memory (exactly)."""
+    from skillbank.memory.bank import SkillBank
+    sb = SkillBank.open_offline(bank)
+    sb._entry(family)  # an unknown family fails before the question
+    if not yes and not keep:
+        typer.confirm(f"delete family {family!r} and its shard files from {bank}?", abort=True)
+    sb.forget(family, keep_files=keep)
+    err.print(f"forgot {family}: {len(sb.shard_names)} families left"
+              + (f"; its shard is kept in {keep}" if keep else ""))
+
+
+@app.command()
+@friendly_errors
+def relearn(
+    bank: Path = typer.Argument(..., help="The bank."),
+    family: str = typer.Option(..., help="The family to retrain (its new version replaces the old one)."),
+    data: Path = typer.Option(..., help="The family's records (JSONL), all of them: the old version's are not kept."),
+    catalog: Optional[Path] = typer.Option(None, help="The family's catalog (default: the old version's skills)."),
+    config: Optional[Path] = typer.Option(None, help="TOML with a [train] section (default: the old version's recipe)."),
+    epochs: Optional[int] = typer.Option(None, help="Override the number of epochs."),
+):
+    """Train a new version of a family's shard on its records only and publish it atomically in its place."""
+    from skillbank.data.catalog import Catalog
+    from skillbank.data.records import read_records
+    from skillbank.memory.bank import SkillBank
+    from skillbank.train.executor import TrainConfig
+    cat = Catalog.load(catalog) if catalog else None
+    rs = read_records(data, cat, family=family)
+    sb = SkillBank.open(bank)
+    old = sb._entry(family)
+    cfg = None
+    if config or epochs is not None:
+        cfg = _train_config(config, epochs, None, "paper") if config else TrainConfig.from_dict(
+            {**old.training.get("config", {}), **({"epochs": epochs} if epochs is not None else {})})
+    entry = sb.relearn(family, rs.records, cfg, catalog=cat)
+    err.print(f"relearned {family}: shard {entry.dir}, {entry.training['examples']} examples, "
+              f"{entry.training['wall_seconds']:.0f} s")
+
+
+@app.command("export-family")
+@friendly_errors
+def export_family(bank: Path = typer.Argument(..., help="The bank."),
+                  family: str = typer.Argument(..., help="The family to export."),
+                  out_dir: Path = typer.Option(..., "--out", help="New directory to write the family to.")):
+    """Write one family (its shard and its Address statistics, no requests) for another bank on the same base."""
+    from skillbank.memory.bank import SkillBank
+    SkillBank.open_offline(bank).export_family(family, out_dir)
+    err.print(f"exported {family} to {out_dir}")
+
+
+@app.command("import-family")
+@friendly_errors
+def import_family(bank: Path = typer.Argument(..., help="The bank to add the family to."),
+                  family_dir: Path = typer.Argument(..., help="A directory written by `skillbank export-family`."),
+                  name: Optional[str] = typer.Option(None, help="Import under another family name.")):
+    """Add a family exported from another bank on the same base model (checked by digest)."""
+    from skillbank.memory.bank import SkillBank
+    entry = SkillBank.open_offline(bank).import_family(family_dir, name=name)
+    err.print(f"imported {entry.name}: shard {entry.dir}, {len(entry.skills)} skills")
+
+
+scope_app = typer.Typer(help="Out-of-scope detection: requests no learned family covers.", no_args_is_help=True)
+app.add_typer(scope_app, name="scope")
+
+
+@scope_app.command("fit")
+@friendly_errors
+def scope_fit(bank: Path = typer.Argument(..., help="The bank."),
+              family: str = typer.Option(..., help="The family whose statistics to add."),
+              data: Path = typer.Option(..., help="The family's training records (JSONL).")):
+    """Add a family's scope statistics to a bank learned before out-of-scope detection existed (no training;
+    detection turns on once every family has them)."""
+    from skillbank.data.records import read_records
+    from skillbank.memory.bank import SkillBank
+    sb = SkillBank.open_offline(bank)
+    sb.fit_scope(family, read_records(data, family=family).records)
+    missing = sorted(set(sb.shard_names) - set(sb.scope.classes_))
+    err.print(f"scope statistics for {family} added; " + (f"still missing: {missing}" if missing else
+                                                          "out-of-scope detection is on"))
+
+
+@scope_app.command("eval")
+@friendly_errors
+def scope_eval(
+    bank: Path = typer.Argument(..., help="The bank."),
+    stream_dir: Optional[Path] = typer.Option(None, "--stream", help="In domain: this stream's held-out requests."),
+    records: List[Path] = typer.Option([], "--records", help="In domain: records JSONL (repeatable), e.g. "
+                                       "tests/fixtures/paraphrase_builtin.jsonl."),
+    offdomain: List[Path] = typer.Option(..., "--offdomain", help="Off domain: JSONL of {request, category} "
+                                         "(repeatable), e.g. tests/fixtures/offdomain.jsonl."),
+    out_dir: Path = typer.Option(..., "--out", help="Output directory: scope.json, scope.md, scope.png."),
+):
+    """Kept in-domain vs refused off-domain requests at the bank's threshold, and the trade-off curve."""
+    from skillbank.data.records import iter_jsonl, read_records
+    from skillbank.data.stream import Stream
+    from skillbank.errors import RecordError
+    from skillbank.memory.bank import SkillBank
+    from skillbank.report.scope import evaluate_scope, render_markdown, write
+    in_domain = {}
+    if stream_dir is not None:
+        stream = Stream.load(stream_dir)
+        in_domain[f"held-out ({stream.name})"] = [r.request for k in stream.family_keys for r in stream.test[k]]
+    for path in records:
+        in_domain[path.stem] = [r.request for r in read_records(path).records]
+    if not in_domain:
+        raise typer.BadParameter("give --stream and/or --records (the in-domain requests)")
+    off = {}
+    for path in offdomain:
+        pairs = []
+        for lineno, obj in iter_jsonl(path):
+            if not isinstance(obj, dict) or not isinstance(obj.get("request"), str):
+                raise RecordError("each line needs a string 'request'", path, lineno)
+            pairs.append((obj["request"], str(obj.get("category", "off-domain"))))
+        off[path.stem] = pairs
+    result = evaluate_scope(SkillBank.open_offline(bank), in_domain, off)
+    write(result, out_dir)
+    out.print(render_markdown(result))
 
 
 # -- service ------------------------------------------------------------------------------------
@@ -448,6 +726,11 @@ def serve(
     log_level: str = typer.Option("info", help="uvicorn log level."),
     constrain: bool = typer.Option(True, "--constrain/--no-constrain",
                                    help="Decode with each shard's grammar (only its skills and arguments)."),
+    scope: bool = typer.Option(True, "--scope/--no-scope", help="Answer a request no learned family covers as out "
+                               "of scope, with the reason, instead of planning it (a forced shard is not checked)."),
+    header_timeout_s: float = typer.Option(10.0, help="A request head must arrive whole within this time "
+                                           "(else 408 and the connection is closed: no half-open connections)."),
+    keep_alive_s: float = typer.Option(5.0, help="An idle keep-alive connection is closed after this time."),
 ):
     """Serve a bank over HTTP: /v1/plan, /v1/chat/completions (OpenAI), /v1/models, /metrics, a playground at /.
 
@@ -464,19 +747,20 @@ def serve(
     from skillbank.serve.config import LOOPBACK_NAMES, ServeConfig, is_loopback
     try:
         cfg = ServeConfig.from_env(host=host, port=port, batching=not no_batching, batch_window_ms=batch_window_ms,
-                                   reuse_prefixes=not no_prefix_reuse, constrain=constrain,
+                                   reuse_prefixes=not no_prefix_reuse, constrain=constrain, scope=scope,
                                    allowed_hosts=LOOPBACK_NAMES if is_loopback(host) else None,
                                    max_batch=max_batch, queue_size=queue_size, timeout_s=timeout_s,
                                    max_request_chars=max_request_chars, max_list=max_list,
                                    max_new_tokens=max_new_tokens, upstream=upstream, threads=threads,
-                                   learn_threads=learn_threads)
+                                   learn_threads=learn_threads, header_timeout_s=header_timeout_s,
+                                   keep_alive_s=keep_alive_s)
     except ValidationError as exc:
         raise typer.BadParameter("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
     application = create_app(bank, cfg)
     err.print(f"serving {bank} on http://{host}:{port} ({'upstream ' + upstream if upstream else 'local model'}, "
               f"{'batching up to ' + str(max_batch) if not no_batching else 'no batching'}; "
               f"learning over HTTP {'on' if cfg.admin_token else 'off'})", highlight=False)
-    uvicorn.run(application, host=host, port=port, log_level=log_level)
+    uvicorn.run(application, host=host, port=port, log_level=log_level, **cfg.uvicorn_options())
 
 
 @export_app.command("vllm")

@@ -88,6 +88,10 @@ class Selector(ABC):
                 raise SelectorError(f"labels must be non-empty strings, got {lab!r}")
         return labels
 
+    def forget(self, label: str) -> "Selector":
+        """Remove one class exactly, as if it had never been learned (selectors whose state is additive)."""
+        raise SelectorError(f"{type(self).__name__} cannot forget a class exactly: its statistics mix classes")
+
     # -- reading -----------------------------------------------------------------------------
     @abstractmethod
     def predict_proba(self, requests: Sequence[str]) -> np.ndarray:
@@ -238,6 +242,18 @@ class HashingNBAddress(Selector):
                                   shape=(len(self.classes_), len(rows)))
         self.feature_count_ = (self.feature_count_ + indicator @ X).tocsr()
         self.class_count_ = self.class_count_ + np.bincount(rows, minlength=len(self.classes_))
+        return self
+
+    def forget(self, label: str) -> "HashingNBAddress":
+        """Drop a class's counts row. Exact: the other classes' likelihoods never read it, and the
+        empirical prior's normaliser cancels in ``predict_proba``."""
+        if label not in self.classes_:
+            raise SelectorError(f"the Address Memory has no class {label!r}; it has {self.classes_}")
+        i = self.classes_.index(label)
+        keep = [j for j in range(len(self.classes_)) if j != i]
+        self.classes_ = [self.classes_[j] for j in keep]
+        self.class_count_ = self.class_count_[keep]
+        self.feature_count_ = self.feature_count_[keep].tocsr()
         return self
 
     def joint_log_likelihood(self, requests: Sequence[str]) -> np.ndarray:

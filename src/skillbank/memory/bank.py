@@ -32,6 +32,7 @@ from skillbank.data.records import Record
 from skillbank.errors import BankError, RecordError
 from skillbank.jsonfile import read_json
 from skillbank.memory.address import HashingNBAddress, Selector, load_selector, make_selector
+from skillbank.memory.scope import ScopeDetector, catalog_text
 
 BANK_FORMAT = 1
 MANIFEST = "bank.json"
@@ -78,6 +79,7 @@ class Manifest:
     address_params: dict = field(default_factory=dict)
     address_dir: str | None = None
     format: int = BANK_FORMAT
+    scope_params: dict = field(default_factory=dict)  # ScopeDetector hyperparameters (skillbank.memory.scope)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -89,7 +91,7 @@ class Manifest:
         shards = [ShardEntry(**s) for s in d.get("shards", [])]
         return cls(base=d["base"], shards=shards, address_kind=d.get("address_kind", HashingNBAddress.kind),
                    address_params=d.get("address_params", {}), address_dir=d.get("address_dir"),
-                   format=d.get("format"))
+                   format=d.get("format"), scope_params=d.get("scope_params", {}))
 
 
 def read_manifest(root: Path) -> Manifest:
@@ -119,7 +121,7 @@ class Plan:
     """What ``SkillBank.plan`` returns for one request."""
 
     request: str
-    shard: str
+    shard: str | None  # None when the request is out of scope (nothing was generated)
     probabilities: dict[str, float]
     graph: dict | None
     error: str | None
@@ -129,25 +131,60 @@ class Plan:
     constrained: bool = True
     n_tokens: int = 0
     mean_logprob: float = 0.0  # the executor's mean token log-probability of ``raw`` (unconstrained distribution)
+    out_of_scope: bool = False
+    reason: str | None = None  # why no plan was generated (out of scope)
+    #: route: p(shard | request); scope_margin: scope score minus threshold (< 0: out of scope; null when the
+    #: bank has no scope statistics or the shard was forced); executor_logprob: mean_logprob.
+    confidence: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
+def _as_catalog(catalog, family: str):
+    """``learn``'s catalog argument as a Catalog: a Catalog, a file in any catalog format, or a parsed
+    OpenAI tools list / MCP tools/list result (whose tools all form ``family``)."""
+    from skillbank.data.catalog import Catalog
+    from skillbank.data.tool_formats import load_catalog, parse_catalog
+    if catalog is None or isinstance(catalog, Catalog):
+        return catalog
+    if isinstance(catalog, (str, Path)):
+        return load_catalog(catalog, family)
+    if isinstance(catalog, (dict, list)):
+        return parse_catalog(catalog, family)
+    raise TypeError(f"catalog must be a Catalog, a path or a parsed tools object, got {type(catalog).__name__}")
+
+
+def _as_records(records, catalog, family: str) -> list[Record]:
+    """``learn``'s records argument as Record objects; files and dicts go through the same checks as
+    ``skillbank validate`` (every bad one reported at once)."""
+    from skillbank.data.records import validate_records
+    if isinstance(records, (str, Path)):
+        return validate_records(records, catalog, family=family).raise_if_bad().records
+    records = list(records)
+    if all(isinstance(r, Record) for r in records):
+        return records
+    return validate_records(records, catalog, family=family).raise_if_bad().records
+
+
 class SkillBank:
     """A bank of frozen executor shards plus the Address Memory that routes to them."""
 
-    def __init__(self, root: Path, manifest: Manifest, execution, address: Selector | None):
+    def __init__(self, root: Path, manifest: Manifest, execution, address: Selector | None,
+                 scope: ScopeDetector | None = None):
         self.root = root
         self.manifest = manifest
         self.execution = execution  # skillbank.memory.execution.ExecutionMemory
         self.address = address
+        self.scope = scope  # out-of-scope detection; None in banks learned before it existed (see fit_scope)
 
     # -- lifecycle ---------------------------------------------------------------------------
     @classmethod
     def create(cls, path: str | Path, base=None, *, base_config=None, address_kind: str = HashingNBAddress.kind,
-               address_params: dict | None = None) -> "SkillBank":
-        """Create an empty bank at ``path`` for a base model (a LoadedBase, or a BaseModelConfig to load)."""
+               address_params: dict | None = None, scope_params: dict | None = None) -> "SkillBank":
+        """Create an empty bank at ``path`` for a base model (a LoadedBase, or a BaseModelConfig to load).
+        scope_params: out-of-scope detection (:class:`~skillbank.memory.scope.ScopeDetector`), e.g.
+        ``{"quantile": 0.01}``: the fraction of training requests its threshold would refuse."""
         from skillbank.memory.execution import ExecutionMemory
         from skillbank.model.base import load_base
         root = Path(path)
@@ -156,6 +193,7 @@ class SkillBank:
         if root.exists() and any(root.iterdir()):
             raise BankError(f"{root} exists and is not empty; choose a new directory")
         probe = make_selector(address_kind, **(address_params or {}))  # validate before touching disk
+        ScopeDetector(**(scope_params or {}))
         if not probe.replay_free:
             raise BankError(f"address kind {address_kind!r} keeps requests; a bank's Address Memory must be replay-free")
         base = base if base is not None else load_base(base_config)
@@ -163,7 +201,8 @@ class SkillBank:
         (root / "shards").mkdir(exist_ok=True)
         (root / "address").mkdir(exist_ok=True)
         manifest = Manifest(base={"name": base.identity["name"], "digest": base.identity["digest"]},
-                            address_kind=address_kind, address_params=address_params or {})
+                            address_kind=address_kind, address_params=address_params or {},
+                            scope_params=scope_params or {})
         write_manifest(root, manifest)
         return cls(root, manifest, ExecutionMemory(base), None)
 
@@ -187,32 +226,49 @@ class SkillBank:
         for shard in manifest.shards:
             execution.attach(shard.name, root / shard.dir, shard)
         address = load_selector(root / manifest.address_dir) if manifest.address_dir else None
-        return cls(root, manifest, execution, address)
+        return cls(root, manifest, execution, address, load_scope(root, manifest))
+
+    @classmethod
+    def open_offline(cls, path: str | Path) -> "SkillBank":
+        """Open a bank's manifest and Address Memory without loading the base model: enough to forget,
+        export, import and inspect families (not to learn or plan)."""
+        root = Path(path)
+        manifest = read_manifest(root)
+        address = load_selector(root / manifest.address_dir) if manifest.address_dir else None
+        return cls(root, manifest, None, address, load_scope(root, manifest))
 
     @property
     def shard_names(self) -> list[str]:
         return [s.name for s in self.manifest.shards]
 
     # -- write -------------------------------------------------------------------------------
-    def learn(self, family: str, records: Sequence[Record], train_config=None, *, skills: Sequence[str] | None = None,
-              catalog=None, progress: bool = True, pretrained: str | Path | None = None) -> ShardEntry:
+    def learn(self, family: str, records: Sequence[Record] | Sequence[dict] | str | Path, train_config=None, *,
+              skills: Sequence[str] | None = None, catalog=None, progress: bool = True,
+              pretrained: str | Path | None = None) -> ShardEntry:
         """Train a fresh LoRA on ``records`` only, freeze it, append it, update the Address Memory.
 
+        records: Record objects (taken as they are: already validated when they were read), or dicts in
+            the JSONL record form, or a path to a JSONL file; dicts and files are checked by
+            :func:`~skillbank.data.records.validate_records` against ``catalog`` and ``family`` first, and
+            every bad record is reported in one :class:`RecordError` before anything is trained.
         skills: the family's skill ids (default: the family of that name in ``catalog``, else the ids the
-            records use). catalog: a :class:`~skillbank.data.catalog.Catalog`; when given, the shard stores
-            the full specs (description, typed arguments) of its skills next to the adapter.
+            records use). catalog: a :class:`~skillbank.data.catalog.Catalog`, a catalog file, or a parsed
+            OpenAI tools list / MCP tools/list result (all its tools form ``family``); when given, the shard
+            stores the full specs (description, typed arguments) of its skills next to the adapter.
 
         The records are used for this call only: the bank keeps the adapter weights, the family's skill
         list and a training summary - never the requests or graphs.
         pretrained: a directory with this family's adapter already trained on ``records`` with
             ``train_config`` by another process (parallel stages); it is loaded instead of trained, after
             checking that its recorded recipe matches.
+        train_config: a :class:`~skillbank.train.executor.TrainConfig`; default: the recipe that suits the
+            bank's base (:func:`skillbank.train.recipes.recipe_for_base`: small-cpu under 1B parameters).
         """
-        from skillbank.train.executor import TrainConfig, common_prefix
         check_family_name(family)
         if family in self.shard_names:
             raise BankError(f"family {family!r} is already in the bank; shards are write-once - learn it under a new name")
-        records = list(records)
+        catalog = _as_catalog(catalog, family)
+        records = _as_records(records, catalog, family)
         if not records:
             raise RecordError(f"no training records for family {family!r}")
         used = sorted({t for r in records for t in r.graph.tasks})
@@ -227,57 +283,130 @@ class SkillBank:
         if clash:
             raise RecordError("skill(s) already learned by another shard (families must be disjoint): "
                               + ", ".join(f"{s} (in {owned[s]})" for s in clash[:5]))
-        cfg = train_config or TrainConfig()
-        self._remove_orphans()
+        cfg = train_config or self.default_train_config()
+        specs = [catalog.skills[s].to_dict() for s in declared if s in catalog.skills] if catalog else []
+        return self._publish_shard(family, records, cfg, declared, specs, progress=progress, pretrained=pretrained)
 
-        index = len(self.manifest.shards) + 1
+    def default_train_config(self):
+        """The recipe for this bank's base model when none is given (see :mod:`skillbank.train.recipes`)."""
+        from skillbank.train.recipes import train_config_for_base
+        return train_config_for_base(self.manifest.base["name"])[0]
+
+    # -- the one write path of learn, relearn and import --------------------------------------------
+    def _next_index(self) -> int:
+        """Shard directories are numbered; after a forget the count of shards no longer gives a free number."""
+        used = [len(self.manifest.shards)]
+        for sub in ("shards", "address"):
+            d = self.root / sub
+            if d.is_dir():
+                used += [int(m.group(1)) for p in d.iterdir() if (m := re.match(r"\.?(?:staging-)?(\d{4})", p.name))]
+        used += [int(m.group(1)) for e in self.manifest.shards if (m := re.search(r"/(\d{4})-", e.dir))]
+        return max(used) + 1
+
+    def _publish_shard(self, family: str, records: Sequence[Record] | None, cfg, declared: list[str], specs: list[dict],
+                       *, progress: bool = True, pretrained: str | Path | None = None, replace: bool = False,
+                       imported: dict | None = None) -> ShardEntry:
+        """Stage a shard (trained on ``records``, loaded from ``pretrained``, or copied by ``imported``), the
+        Address Memory with it, then publish both with one atomic manifest write.
+
+        replace: the family is already in the bank (relearn): its entry keeps its position, its Address
+        statistics are subtracted first, and its old directory is removed after the publish.
+        imported: {"dir": a shard directory to copy, "address": Address statistics, "scope": ...} (import).
+        """
+        from skillbank.train.executor import common_prefix
+        self._remove_orphans()
+        index = self._next_index()
         shard_rel = f"shards/{index:04d}-{family}"
         staging = self.root / "shards" / f".staging-{index:04d}-{family}"
         if staging.exists():
             shutil.rmtree(staging)
         prefix = common_prefix(declared)
+        old_entry = next((e for e in self.manifest.shards if e.name == family), None) if replace else None
+        if old_entry is not None:
+            self.execution.detach(family)
         try:
-            if pretrained is not None:
-                summary = self.execution.load_trained(family, pretrained)
-                if summary.get("config") != cfg.to_dict() or summary.get("family_prefix") != prefix:
-                    raise BankError(f"{pretrained} was trained with another recipe or family prefix than this learn "
-                                    f"step's; retrain it")
+            if imported is not None:
+                shutil.copytree(imported["dir"], staging)
+                summary = json.loads((staging / "training.json").read_text())
+                if self.execution is not None:
+                    self.execution.attach(family, staging, imported["entry"])
             else:
-                summary = self.execution.train_shard(family, records, cfg, family_prefix=prefix, progress=progress)
-            self.execution.save_shard(family, staging)
-            specs = [catalog.skills[s].to_dict() for s in declared if s in catalog.skills] if catalog else []
-            (staging / "skills.json").write_text(
-                json.dumps({"family": family, "skills": declared, "specs": specs}, indent=1, ensure_ascii=False) + "\n")
-            (staging / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
+                if pretrained is not None:
+                    summary = self.execution.load_trained(family, pretrained)
+                    if summary.get("config") != cfg.to_dict() or summary.get("family_prefix") != prefix:
+                        raise BankError(f"{pretrained} was trained with another recipe or family prefix than this "
+                                        "learn step's; retrain it")
+                else:
+                    summary = self.execution.train_shard(family, records, cfg, family_prefix=prefix, progress=progress)
+                self.execution.save_shard(family, staging)
+                (staging / "skills.json").write_text(json.dumps(
+                    {"family": family, "skills": declared, "specs": specs}, indent=1, ensure_ascii=False) + "\n")
+                (staging / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
             digests = dir_digests(staging)
             os.replace(staging, self.root / shard_rel)
 
-            address = self.address or make_selector(self.manifest.address_kind, **self.manifest.address_params)
-            address.partial_fit([r.request for r in records], family)
+            address, scope = self._address_copy()
+            if old_entry is not None:
+                address.forget(family)
+                if scope is not None and family in scope.classes_:
+                    scope.forget(family)
+            if imported is not None:
+                _merge_family_stats(address, scope, family, imported)
+            else:
+                requests = [r.request for r in records]
+                address.partial_fit(requests, family)
+                if scope is not None:
+                    scope.partial_fit(requests, family, catalog_text(specs))
             address_rel = f"address/{index:04d}"
             address.save(self.root / address_rel)
+            if scope is not None:
+                scope.save(self.root / address_rel)
         except BaseException:
             # Nothing is published: drop the in-memory adapter and the half-written files.
-            self.execution.detach(family)
+            if self.execution is not None:
+                self.execution.detach(family)
             shutil.rmtree(staging, ignore_errors=True)
             shutil.rmtree(self.root / shard_rel, ignore_errors=True)
-            if self.address is not None and family in self.address.classes_:
-                self.address = load_selector(self.root / self.manifest.address_dir) if self.manifest.address_dir else None
+            if old_entry is not None:
+                self.execution.attach(family, self.root / old_entry.dir, old_entry)
             raise
-        entry = ShardEntry(name=family, dir=shard_rel, skills=declared, family_prefix=prefix,
-                           target_format=cfg.target_format, system_prompt=cfg.system_prompt, digests=digests,
-                           created=time.strftime("%Y-%m-%dT%H:%M:%S"), training=summary)
-        new_manifest = Manifest(base=self.manifest.base, shards=self.manifest.shards + [entry],
-                                address_kind=self.manifest.address_kind, address_params=self.manifest.address_params,
-                                address_dir=address_rel)
+        if imported is not None:
+            entry = ShardEntry(**{**asdict(imported["entry"]), "dir": shard_rel, "digests": digests})
+        else:
+            entry = ShardEntry(name=family, dir=shard_rel, skills=declared, family_prefix=prefix,
+                               target_format=cfg.target_format, system_prompt=cfg.system_prompt, digests=digests,
+                               created=time.strftime("%Y-%m-%dT%H:%M:%S"), training=summary)
+        shards = ([entry if e.name == family else e for e in self.manifest.shards] if old_entry is not None
+                  else self.manifest.shards + [entry])
+        self._commit(shards, address, scope, address_rel)
+        if old_entry is not None:  # superseded; a crash before this line leaves an orphan the next write removes
+            shutil.rmtree(self.root / old_entry.dir, ignore_errors=True)
+        if self.execution is not None:
+            self.execution.register(family, self.root / shard_rel, entry)
+        return entry
+
+    def _address_copy(self) -> tuple[Selector, "ScopeDetector | None"]:
+        """Fresh copies of the published Address Memory to stage a change on (the served one stays as is
+        until the manifest names the new state)."""
+        if self.manifest.address_dir:
+            address = load_selector(self.root / self.manifest.address_dir)
+            d = self.root / self.manifest.address_dir
+            scope = ScopeDetector.load(d) if ScopeDetector.exists(d) else None
+        else:
+            address = make_selector(self.manifest.address_kind, **self.manifest.address_params)
+            scope = ScopeDetector(**self.manifest.scope_params)
+        return address, scope
+
+    def _commit(self, shards: list[ShardEntry], address: Selector | None, scope, address_rel: str | None) -> None:
+        new_manifest = Manifest(base=self.manifest.base, shards=shards, address_kind=self.manifest.address_kind,
+                                address_params=self.manifest.address_params, address_dir=address_rel,
+                                scope_params=self.manifest.scope_params)
         write_manifest(self.root, new_manifest)  # the commit point
         old_address = self.manifest.address_dir
         self.manifest = new_manifest
-        if old_address:  # superseded; a crash before this line leaves it as an orphan the next learn removes
+        if old_address and old_address != address_rel:  # superseded; a crash first leaves an orphan
             shutil.rmtree(self.root / old_address, ignore_errors=True)
-        self.address = address
-        self.execution.register(family, self.root / shard_rel, entry)
-        return entry
+        self.address, self.scope = address, scope
 
     def _remove_orphans(self) -> None:
         for p in self.orphans():
@@ -302,12 +431,38 @@ class SkillBank:
         proba = self.address.predict_proba(requests)
         return [self.address.classes_[i] for i in np.argmax(proba, axis=1)], proba
 
+    def check_scope(self, requests: Sequence[str]) -> list[ScopeVerdict]:
+        """Is each request covered by some learned family? (see :mod:`skillbank.memory.scope`)"""
+        if self.scope is None or set(self.scope.classes_) != set(self.shard_names):
+            why = ("this bank has no scope statistics (learned before out-of-scope detection; add them with "
+                   "`skillbank scope fit`)" if self.scope is None else
+                   f"the scope statistics cover {sorted(self.scope.classes_)}, not every shard")
+            return [ScopeVerdict(None, None, None, None, why) for _ in requests]
+        scores = self.scope.score(requests)
+        thr = self.scope.threshold_
+        verdicts = []
+        for row in scores:
+            best = int(np.argmax(row))
+            score = float(row[best])
+            if score >= thr:
+                verdicts.append(ScopeVerdict(True, score, thr, self.scope.classes_[best], None))
+                continue
+            why = ("the request has no words the Address Memory can read" if not np.isfinite(score) else
+                   f"no learned skill family covers this request: its best family ({self.scope.classes_[best]}) "
+                   f"explains it less than general English does (scope score {score:.1f} < threshold {thr:.1f})")
+            verdicts.append(ScopeVerdict(False, score if np.isfinite(score) else None, thr,
+                                         self.scope.classes_[best], why))
+        return verdicts
+
     def plan(self, requests: Sequence[str] | str, *, shard: str | None = None, batch_size: int = 8,
-             max_new_tokens: int | None = None, constrain: bool = True, copy_values: bool = False) -> list[Plan]:
+             max_new_tokens: int | None = None, constrain: bool = True, copy_values: bool = False,
+             scope: bool = True) -> list[Plan]:
         """Route each request (or force ``shard``) and generate its task graph with that one executor.
 
         constrain: decode with the shard's grammar (its own skills and declared arguments only; default);
-        copy_values: literal argument values must also be substrings of the request."""
+        copy_values: literal argument values must also be substrings of the request;
+        scope: a request no learned family covers gets no plan (``out_of_scope`` with a ``reason``) and
+            is not generated; off when ``shard`` is forced."""
         if isinstance(requests, str):
             requests = [requests]
         requests = list(requests)
@@ -320,33 +475,197 @@ class SkillBank:
             if shard not in self.shard_names:
                 raise BankError(f"unknown shard {shard!r}; this bank has {self.shard_names}")
             chosen, proba = [shard] * len(requests), None
+            verdicts = [ScopeVerdict(None, None, None, None, "shard forced") for _ in requests]
         else:
             chosen, proba = self.route(requests)
+            verdicts = self.check_scope(requests)
         route_s = (time.perf_counter() - t0) / max(1, len(requests))
+        run = [i for i, v in enumerate(verdicts) if not (scope and v.in_scope is False)]
         t1 = time.perf_counter()
-        outputs = self.execution.generate(requests, chosen, batch_size=batch_size, max_new_tokens=max_new_tokens,
-                                          constrain=constrain, copy_values=copy_values)
-        gen_s = (time.perf_counter() - t1) / max(1, len(requests))
+        generated = dict(zip(run, self.execution.generate(
+            [requests[i] for i in run], [chosen[i] for i in run], batch_size=batch_size,
+            max_new_tokens=max_new_tokens, constrain=constrain, copy_values=copy_values))) if run else {}
+        gen_s = (time.perf_counter() - t1) / max(1, len(run))
         plans = []
-        for i, (req, name, o) in enumerate(zip(requests, chosen, outputs)):
+        for i, (req, name, v) in enumerate(zip(requests, chosen, verdicts)):
             probs = ({c: float(p) for c, p in zip(self.address.classes_, proba[i])} if proba is not None
                      else {name: 1.0})
+            confidence = {"route": round(probs[name], 4),
+                          "scope_margin": round(v.score - v.threshold, 3) if v.score is not None else None}
+            o = generated.get(i)
+            if o is None:
+                plans.append(Plan(req, None, probs, None, None, "", route_s, 0.0, constrain, out_of_scope=True,
+                                  reason=v.reason, confidence={**confidence, "executor_logprob": None}))
+                continue
             graph = o.parsed.graph.canonical().to_dict() if o.parsed.graph is not None else None
             plans.append(Plan(req, name, probs, graph, o.parsed.error, o.text, route_s, gen_s, o.constrained,
-                              o.n_tokens, round(o.mean_logprob, 4)))
+                              o.n_tokens, round(o.mean_logprob, 4), out_of_scope=v.in_scope is False,
+                              reason=v.reason if v.in_scope is False else None,
+                              confidence={**confidence, "executor_logprob": round(o.mean_logprob, 4)}))
         return plans
+
+    # -- a family's life cycle ---------------------------------------------------------------
+    def _entry(self, family: str) -> ShardEntry:
+        for e in self.manifest.shards:
+            if e.name == family:
+                return e
+        raise BankError(f"{self.root} has no family {family!r}; it has {self.shard_names}")
+
+    def forget(self, family: str, *, keep_files: str | Path | None = None) -> ShardEntry:
+        """Remove a family: its shard leaves the manifest and its statistics leave the Address Memory.
+
+        Exact: the Address Memory's state is additive per family (Naive Bayes counts, scope counts), so the
+        bank then routes exactly as a bank that never learned the family. keep_files: move the shard's
+        directory there (a new directory) instead of deleting it."""
+        entry = self._entry(family)
+        if keep_files is not None:
+            keep_files = Path(keep_files)
+            if keep_files.exists():
+                raise BankError(f"{keep_files} already exists; give a new directory to keep the shard in")
+        address, scope = self._address_copy()
+        remaining = [e for e in self.manifest.shards if e.name != family]
+        address_rel = None
+        if remaining:
+            address.forget(family)
+            if scope is not None and family in scope.classes_:
+                scope.forget(family)
+            address_rel = f"address/{self._next_index():04d}"
+            address.save(self.root / address_rel)
+            if scope is not None:
+                scope.save(self.root / address_rel)
+        else:
+            address, scope = None, None
+        self._commit(remaining, address, scope, address_rel)
+        if keep_files is not None:
+            keep_files.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(self.root / entry.dir), str(keep_files))
+        else:
+            shutil.rmtree(self.root / entry.dir, ignore_errors=True)
+        if self.execution is not None:
+            self.execution.detach(family)
+        return entry
+
+    def relearn(self, family: str, records, train_config=None, *, catalog=None,
+                skills: Sequence[str] | None = None, progress: bool = True) -> ShardEntry:
+        """A new version of a family's shard, trained on ``records`` only and published atomically in place
+        of the old one (the old Address statistics are subtracted, the new ones added)."""
+        from skillbank.train.executor import TrainConfig
+        old = self._entry(family)
+        catalog = _as_catalog(catalog, family)
+        records = _as_records(records, catalog, family)
+        if not records:
+            raise RecordError(f"no training records for family {family!r}")
+        used = sorted({t for r in records for t in r.graph.tasks})
+        if skills is None and catalog is not None and family in catalog.family_keys:
+            skills = catalog.family(family).skills
+        declared = sorted(set(skills) if skills is not None else set(used))
+        undeclared = sorted(set(used) - set(declared))
+        if undeclared:
+            raise RecordError(f"records use skill(s) outside the family's catalog: {undeclared[:5]}")
+        owned = {s: e.name for e in self.manifest.shards if e.name != family for s in e.skills}
+        clash = sorted(s for s in declared if s in owned)
+        if clash:
+            raise RecordError("skill(s) already learned by another shard (families must be disjoint): "
+                              + ", ".join(f"{s} (in {owned[s]})" for s in clash[:5]))
+        if catalog is not None:
+            specs = [catalog.skills[s].to_dict() for s in declared if s in catalog.skills]
+        else:  # keep the specs the old version was given
+            specs = [sp for sp in read_skills_specs(self.root / old.dir) if sp.get("id") in declared]
+        cfg = train_config or TrainConfig.from_dict(old.training.get("config", {}))
+        return self._publish_shard(family, records, cfg, declared, specs, progress=progress, replace=True)
+
+    def export_family(self, family: str, out: str | Path) -> Path:
+        """Write one family as a directory another bank on the same base can import: the shard, its entry,
+        and its Address statistics (its row of counts; no requests)."""
+        entry = self._entry(family)
+        out = Path(out)
+        if out.exists():
+            raise BankError(f"{out} already exists; give a new directory")
+        address, scope = self._address_copy()
+        if not isinstance(address, HashingNBAddress):
+            raise BankError(f"exporting Address statistics is supported for {HashingNBAddress.kind!r}, "
+                            f"not {self.manifest.address_kind!r}")
+        tmp = out.with_name(out.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(self.root / entry.dir, tmp / "shard")
+        _family_address(address, family).save(tmp / "address")
+        if scope is not None and family in scope.classes_:
+            fam_scope = ScopeDetector(**scope.get_params())
+            i = scope.classes_.index(family)
+            fam_scope.classes_, fam_scope.counts_ = [family], scope.counts_[i].tocsr()
+            fam_scope.train_scores_ = {family: scope.train_scores_[family]}
+            fam_scope.background_ = scope.background_
+            fam_scope.save(tmp / "address")
+        meta = {"format": FAMILY_EXPORT_FORMAT, "base": self.manifest.base, "address_kind": self.manifest.address_kind,
+                "address_params": self.manifest.address_params, "entry": asdict(entry)}
+        (tmp / "family.json").write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
+        os.replace(tmp, out)
+        return out
+
+    def import_family(self, path: str | Path, *, name: str | None = None) -> ShardEntry:
+        """Add a family exported by :meth:`export_family` from a bank on the same base."""
+        path = Path(path)
+        meta = read_json(path / "family.json", BankError, expect_format=FAMILY_EXPORT_FORMAT, what="family export",
+                         missing=f"{path} is not a family export (no family.json); make one with `skillbank export-family`")
+        if meta["base"]["digest"] != self.manifest.base["digest"]:
+            raise BankError(f"{path} was exported from a bank on base {meta['base']['name']!r} "
+                            f"(digest {meta['base']['digest'][:19]}...); this bank's base is "
+                            f"{self.manifest.base['name']!r} (digest {self.manifest.base['digest'][:19]}...)")
+        if meta["address_kind"] != self.manifest.address_kind or meta["address_params"] != self.manifest.address_params:
+            raise BankError(f"{path}: its Address Memory ({meta['address_kind']} {meta['address_params']}) differs "
+                            f"from this bank's ({self.manifest.address_kind} {self.manifest.address_params}); "
+                            "the statistics cannot be merged")
+        entry = ShardEntry(**meta["entry"])
+        family = check_family_name(name or entry.name)
+        if family in self.shard_names:
+            raise BankError(f"family {family!r} is already in the bank; import it under another name (--name)")
+        shard_dir = path / "shard"
+        for fname, digest in entry.digests.items():
+            if not (shard_dir / fname).is_file() or file_digest(shard_dir / fname) != digest:
+                raise BankError(f"{path}: shard file {fname} is missing or does not match its digest")
+        owned = {s: e.name for e in self.manifest.shards for s in e.skills}
+        clash = sorted(s for s in entry.skills if s in owned)
+        if clash:
+            raise BankError("the imported family's skills are already in this bank: "
+                            + ", ".join(f"{s} (in {owned[s]})" for s in clash[:5]))
+        entry.name = family
+        imported = {"dir": shard_dir, "entry": entry, "address": load_selector(path / "address"),
+                    "scope": ScopeDetector.load(path / "address") if ScopeDetector.exists(path / "address") else None,
+                    "source_name": meta["entry"]["name"]}
+        return self._publish_shard(family, None, None, entry.skills, [], imported=imported)
+
+    def fit_scope(self, family: str, records: Sequence[Record]) -> None:
+        """Add scope statistics for a family of a bank learned before out-of-scope detection existed
+        (its shard and routing are unchanged). Once every family has them, out-of-scope detection is on."""
+        entry = self._entry(family)
+        address, scope = self._address_copy()
+        scope = scope or ScopeDetector(**self.manifest.scope_params)
+        if family in scope.classes_:
+            scope.forget(family)
+        scope.partial_fit([r.request for r in records], family, catalog_text(read_skills_specs(self.root / entry.dir)))
+        address_rel = f"address/{self._next_index():04d}"
+        address.save(self.root / address_rel)
+        scope.save(self.root / address_rel)
+        self._commit(self.manifest.shards, address, scope, address_rel)
 
     def info(self) -> dict:
         return bank_info(self.root)
 
 
-def bank_info(path: str | Path) -> dict:
-    """A bank's manifest summary, read from disk without loading any model."""
+def bank_info(path: str | Path, *, verify: bool = False) -> dict:
+    """A bank's manifest summary, read from disk without loading any model. verify: also hash every file
+    against its digest and read the Address Memory; ``problems`` lists what is wrong (empty: healthy)."""
     root = Path(path)
     manifest = read_manifest(root)
     orphans = SkillBank(root, manifest, None, None).orphans()
-    return {"root": str(root), "format": manifest.format, "base": manifest.base,
-            "address": {"kind": manifest.address_kind, "params": manifest.address_params, "dir": manifest.address_dir},
+    scope = None
+    if manifest.address_dir and ScopeDetector.exists(root / manifest.address_dir):
+        meta = read_json(root / manifest.address_dir / "scope.json", BankError, what="scope detector")
+        scope = {"params": meta.get("params"), "families": meta.get("classes")}
+    extra = {"verified": True, "problems": shard_problems(root, manifest)} if verify else {}
+    return {"root": str(root), "format": manifest.format, "base": manifest.base, **extra,
+            "address": {"kind": manifest.address_kind, "params": manifest.address_params, "dir": manifest.address_dir,
+                        "scope": scope},
             "shards": [{"name": s.name, "dir": s.dir, "skills": len(s.skills), "family_prefix": s.family_prefix,
                         "target_format": s.target_format, "created": s.created,
                         "train_examples": s.training.get("examples"), "train_seconds": s.training.get("wall_seconds")}
@@ -354,17 +673,95 @@ def bank_info(path: str | Path) -> dict:
             "orphans": [str(p.relative_to(root)) for p in orphans]}
 
 
-def verify_shards(root: Path, manifest: Manifest) -> None:
+FAMILY_EXPORT_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class ScopeVerdict:
+    """Whether a learned family covers a request; ``in_scope`` is None when the bank cannot tell."""
+
+    in_scope: bool | None
+    score: float | None
+    threshold: float | None
+    family: str | None  # the family whose words explain the request best
+    reason: str | None
+
+
+def load_scope(root: Path, manifest: Manifest) -> ScopeDetector | None:
+    d = root / manifest.address_dir if manifest.address_dir else None
+    return ScopeDetector.load(d) if d is not None and ScopeDetector.exists(d) else None
+
+
+def read_skills_specs(shard_dir: Path) -> list[dict]:
+    path = shard_dir / "skills.json"
+    if not path.is_file():
+        return []
+    return list(read_json(path, BankError, what="shard skills").get("specs", []))
+
+
+def _family_address(address: HashingNBAddress, family: str) -> HashingNBAddress:
+    """An Address Memory holding only ``family``'s statistics (its counts row)."""
+    one = HashingNBAddress(**address.get_params())
+    i = address.classes_.index(family)
+    one.classes_ = [family]
+    one.class_count_ = address.class_count_[[i]]
+    one.feature_count_ = address.feature_count_[[i]].tocsr()
+    return one
+
+
+def _merge_family_stats(address: Selector, scope: ScopeDetector | None, family: str, imported: dict) -> None:
+    """Append an exported family's statistics (counts are additive, so this equals having learned it here)."""
+    import scipy.sparse as sparse
+    src = imported["address"]
+    if not isinstance(address, HashingNBAddress) or not isinstance(src, HashingNBAddress):
+        raise BankError(f"importing Address statistics is supported for {HashingNBAddress.kind!r} only")
+    i = src.classes_.index(imported["source_name"])
+    address.classes_ = address.classes_ + [family]
+    address.class_count_ = np.concatenate([address.class_count_, src.class_count_[[i]]])
+    address.feature_count_ = sparse.vstack([address.feature_count_, src.feature_count_[[i]]]).tocsr()
+    fam_scope = imported.get("scope")
+    if scope is not None:
+        if fam_scope is None or fam_scope.get_params() != scope.get_params():
+            raise BankError("the exported family has no scope statistics compatible with this bank's; "
+                            "add them after importing with `skillbank scope fit`")
+        if scope.background_ is None:
+            scope.background_ = fam_scope.background_
+        elif not np.array_equal(scope.background_, fam_scope.background_):
+            raise BankError("the exported family's scope statistics were made with another English word list "
+                            "(wordfreq version); add them after importing with `skillbank scope fit`")
+        scope._weights = None
+        j = fam_scope.classes_.index(imported["source_name"])
+        scope.classes_.append(family)
+        scope.counts_ = sparse.vstack([scope.counts_, fam_scope.counts_[[j]]]).tocsr()
+        scope.train_scores_[family] = fam_scope.train_scores_[imported["source_name"]]
+
+
+def shard_problems(root: Path, manifest: Manifest) -> list[str]:
+    """Every missing or modified file of every shard and of the Address Memory (reads and hashes them all)."""
+    problems = []
     for shard in manifest.shards:
         d = root / shard.dir
         if not d.is_dir():
-            raise BankError(f"{root}: shard {shard.name!r} is missing its directory {shard.dir}")
+            problems.append(f"{root}: shard {shard.name!r} is missing its directory {shard.dir}")
+            continue
         for name, digest in shard.digests.items():
             p = d / name
             if not p.is_file():
-                raise BankError(f"{root}: shard {shard.name!r} is missing {shard.dir}/{name}")
-            if file_digest(p) != digest:
-                raise BankError(f"{root}: shard {shard.name!r} file {shard.dir}/{name} does not match its digest "
+                problems.append(f"{root}: shard {shard.name!r} is missing {shard.dir}/{name}")
+            elif file_digest(p) != digest:
+                problems.append(f"{root}: shard {shard.name!r} file {shard.dir}/{name} does not match its digest "
                                 "(modified or corrupted); shards are write-once")
-    if manifest.address_dir and not (root / manifest.address_dir / "selector.json").is_file():
-        raise BankError(f"{root}: Address Memory state {manifest.address_dir} is missing")
+    if manifest.address_dir:
+        try:
+            load_selector(root / manifest.address_dir)
+            load_scope(root, manifest)
+        except Exception as exc:  # noqa: BLE001 - any unreadable state is a problem to report, not a crash
+            problems.append(f"{root}: Address Memory state {manifest.address_dir} is unreadable: {exc}")
+    return problems
+
+
+def verify_shards(root: Path, manifest: Manifest) -> None:
+    problems = shard_problems(root, manifest)
+    if problems:
+        raise BankError(problems[0] + (f" (and {len(problems) - 1} more problem(s): `skillbank info --verify`)"
+                                       if len(problems) > 1 else ""))

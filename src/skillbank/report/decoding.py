@@ -52,8 +52,9 @@ def evaluate_decoding(bank, sets: dict[str, Sequence[Record]], modes: Sequence[s
                 say(f"{set_name}: planning {len(records)} requests, {mode} decoding")
             t0 = time.perf_counter()
             tokens0 = bank.execution.stats.generated_tokens
+            # scope=False: every request here is in domain; decoding is measured on all of them
             plans = bank.plan([r.request for r in records], batch_size=batch_size, max_new_tokens=max_new_tokens,
-                              **MODES[mode])
+                              scope=False, **MODES[mode])
             seconds = time.perf_counter() - t0
             entry["modes"][mode], ems = _measure(records, plans, specs, families, seconds,
                                                  bank.execution.stats.generated_tokens - tokens0)

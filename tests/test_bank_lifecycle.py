@@ -1,0 +1,227 @@
+"""A family's life cycle in a bank: forget (exact), relearn, export/import between banks, verify; and the
+out-of-scope answer of ``plan``. Tiny random model: these test the bookkeeping, not the executors."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from skillbank.errors import BankError
+from skillbank.memory.bank import SkillBank, bank_info
+from skillbank.model.base import BaseModelConfig, load_base
+from skillbank.train.executor import TrainConfig
+
+CFG = TrainConfig(epochs=1, batch_size=3, target_format="compact", seed=0)
+MAX_NEW = 8
+OFF_DOMAIN = ["what is the capital of France?", "asdf", "tell me a joke about penguins", "🙂🙂"]
+
+
+@pytest.fixture()
+def base(tiny_model_dir):
+    return load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False)
+
+
+@pytest.fixture()
+def other_base(tiny_model_dir):
+    """A second copy of the same base: two banks in one test must not share loaded adapter names."""
+    return load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False)
+
+
+def learn(bank, stream, key):
+    return bank.learn(key, stream.train[key], CFG, catalog=stream.catalog, progress=False)
+
+
+def held_out(stream, *keys):
+    return [r.request for k in keys for r in stream.test[k]]
+
+
+def address_state(bank, requests):
+    return bank.address.classes_, bank.address.predict_proba(requests), bank.scope.score(requests), bank.scope.threshold_
+
+
+def test_forget_is_exact_and_keeps_files_on_request(tmp_path, base, other_base, small_stream):
+    k1, k2, k3 = small_stream.family_keys[:3]
+    a = SkillBank.create(tmp_path / "a", base=base)
+    for k in (k1, k2, k3):
+        learn(a, small_stream, k)
+    forgotten_dir = a._entry(k2).dir
+    a.forget(k2, keep_files=tmp_path / "kept")
+    assert a.shard_names == [k1, k3] and (tmp_path / "kept" / "adapter_config.json").is_file()
+    assert not (tmp_path / "a" / forgotten_dir).exists()
+    b = SkillBank.create(tmp_path / "b", base=other_base)
+    for k in (k1, k3):
+        learn(b, small_stream, k)
+    probe = held_out(small_stream, k1, k2, k3) + OFF_DOMAIN
+    for got, want in zip(address_state(a, probe), address_state(b, probe)):
+        np.testing.assert_allclose(got, want) if not isinstance(got, list) else (got == want) or pytest.fail(got)
+    # on disk too: reopening reads the forgotten state, and routes like the bank that never learned it
+    reopened = SkillBank.open_offline(tmp_path / "a")
+    np.testing.assert_allclose(reopened.address.predict_proba(probe), b.address.predict_proba(probe))
+    assert bank_info(tmp_path / "a")["orphans"] == []
+    with pytest.raises(BankError, match="no family"):
+        a.forget(k2)
+    # forgetting the last family leaves an empty bank that can learn again
+    a.forget(k1)
+    a.forget(k3)
+    assert a.shard_names == [] and a.address is None and bank_info(tmp_path / "a")["address"]["dir"] is None
+    learn(a, small_stream, k2)
+    assert a.shard_names == [k2]
+
+
+def test_relearn_replaces_a_family_in_place(tmp_path, base, other_base, tiny_model_dir, small_stream):
+    k1, k2 = small_stream.family_keys[:2]
+    bank = SkillBank.create(tmp_path / "bank", base=base)
+    learn(bank, small_stream, k1)
+    old = learn(bank, small_stream, k2)
+    fewer = small_stream.train[k2][:3]
+    new = bank.relearn(k2, fewer, CFG, catalog=small_stream.catalog, progress=False)
+    assert bank.shard_names == [k1, k2] and new.dir != old.dir and not (tmp_path / "bank" / old.dir).exists()
+    assert new.training["examples"] == 3
+    # the Address Memory holds exactly the new version's statistics
+    ref = SkillBank.create(tmp_path / "ref", base=other_base)
+    learn(ref, small_stream, k1)
+    ref.learn(k2, fewer, CFG, catalog=small_stream.catalog, progress=False)
+    probe = held_out(small_stream, k1, k2)
+    np.testing.assert_allclose(bank.address.predict_proba(probe), ref.address.predict_proba(probe))
+    np.testing.assert_allclose(bank.scope.score(probe), ref.scope.score(probe))
+    reopened = SkillBank.open(tmp_path / "bank", base=load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False))
+    assert reopened.shard_names == [k1, k2] and reopened.plan(probe[:2], max_new_tokens=MAX_NEW, scope=False)
+    with pytest.raises(BankError, match="no family"):
+        bank.relearn("nope", fewer, CFG, progress=False)
+
+
+def test_export_import_family_between_banks(tmp_path, base, other_base, tiny_model_dir, small_stream):
+    k1, k2 = small_stream.family_keys[:2]
+    src = SkillBank.create(tmp_path / "src", base=base)
+    learn(src, small_stream, k1)
+    learn(src, small_stream, k2)
+    out = src.export_family(k2, tmp_path / "k2.family")
+    assert (out / "family.json").is_file() and not list(tmp_path.glob("*.partial"))
+    dst = SkillBank.create(tmp_path / "dst", base=other_base)
+    learn(dst, small_stream, k1)
+    dst.import_family(out)
+    assert dst.shard_names == [k1, k2]
+    probe = held_out(small_stream, k1, k2) + OFF_DOMAIN
+    np.testing.assert_allclose(dst.address.predict_proba(probe), src.address.predict_proba(probe))
+    np.testing.assert_allclose(dst.scope.score(probe), src.scope.score(probe))
+    assert dst.scope.threshold_ == pytest.approx(src.scope.threshold_)
+    # the imported shard generates what it generated in its own bank
+    want = src.plan(probe[:3], shard=k2, max_new_tokens=MAX_NEW)
+    got = SkillBank.open(tmp_path / "dst", base=load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False)).plan(probe[:3], shard=k2, max_new_tokens=MAX_NEW)
+    assert [p.raw for p in got] == [p.raw for p in want]
+    with pytest.raises(BankError, match="already in the bank"):
+        dst.import_family(out)
+    # a tampered export is refused, and so is one from another base
+    bad = tmp_path / "bad.family"
+    shutil.copytree(out, bad)
+    weights = next((bad / "shard").glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:-8] + b"\0" * 8)
+    fresh = SkillBank.open_offline(SkillBank.create(tmp_path / "fresh", base=base).root)
+    with pytest.raises(BankError, match="does not match its digest"):
+        fresh.import_family(bad)
+    meta = json.loads((out / "family.json").read_text())
+    meta["base"]["digest"] = "sha256:" + "0" * 64
+    (out / "family.json").write_text(json.dumps(meta))
+    with pytest.raises(BankError, match="base"):
+        fresh.import_family(out)
+    assert fresh.shard_names == []
+
+
+def test_info_verify_finds_a_corrupted_shard(tmp_path, base, small_stream):
+    k1 = small_stream.family_keys[0]
+    bank = SkillBank.create(tmp_path / "bank", base=base)
+    entry = learn(bank, small_stream, k1)
+    assert bank_info(tmp_path / "bank", verify=True)["problems"] == []
+    (tmp_path / "bank" / entry.dir / "skills.json").write_text("{}")
+    problems = bank_info(tmp_path / "bank", verify=True)["problems"]
+    assert len(problems) == 1 and "skills.json does not match its digest" in problems[0]
+    assert "problems" not in bank_info(tmp_path / "bank")  # only hashed when asked
+
+
+def test_plan_refuses_what_no_family_covers(tmp_path, base, small_stream):
+    keys = small_stream.family_keys
+    # six training requests per family: a looser quantile than the default 1% (which needs hundreds)
+    bank = SkillBank.create(tmp_path / "bank", base=base, scope_params={"quantile": 0.1})
+    assert json.loads((tmp_path / "bank" / "bank.json").read_text())["scope_params"] == {"quantile": 0.1}
+    for k in keys:
+        bank.learn(k, small_stream.train[k], CFG, catalog=small_stream.catalog, progress=False)
+    inside = [r.request for k in keys for r in small_stream.train[k]][:6]
+    plans = bank.plan(inside + OFF_DOMAIN, max_new_tokens=MAX_NEW)
+    off = plans[len(inside):]
+    assert all(p.out_of_scope and p.shard is None and p.graph is None and p.reason for p in off)
+    assert all(p.n_tokens == 0 and p.confidence["scope_margin"] is None or p.confidence["scope_margin"] < 0 for p in off)
+    assert "no words" in off[-1].reason and "no learned skill family" in off[0].reason
+    assert not any(p.out_of_scope for p in plans[:len(inside)])
+    for p in plans[:len(inside)]:
+        assert p.confidence["route"] == pytest.approx(max(p.probabilities.values()), abs=1e-4)
+        assert p.confidence["scope_margin"] >= 0 and p.confidence["executor_logprob"] == p.mean_logprob
+    # scope=False plans every request (still flagged), and a forced shard skips the scope check
+    unchecked = bank.plan(OFF_DOMAIN, max_new_tokens=MAX_NEW, scope=False)
+    assert all(p.shard is not None and p.n_tokens > 0 for p in unchecked)
+    assert [p.out_of_scope for p in unchecked] == [True] * len(OFF_DOMAIN)
+    assert all(p.shard == keys[0] for p in bank.plan(OFF_DOMAIN, shard=keys[0], max_new_tokens=MAX_NEW))
+
+
+def test_scope_fit_upgrades_a_bank_without_scope_statistics(tmp_path, base, other_base, small_stream):
+    k1, k2 = small_stream.family_keys[:2]
+    bank = SkillBank.create(tmp_path / "bank", base=base)
+    learn(bank, small_stream, k1)
+    learn(bank, small_stream, k2)
+    # a bank learned before out-of-scope detection: no scope files
+    for f in ("scope.json", "scope.npz"):
+        (tmp_path / "bank" / bank.manifest.address_dir / f).unlink()
+    old = SkillBank.open(tmp_path / "bank", base=other_base)
+    assert old.scope is None
+    plans = old.plan(OFF_DOMAIN[:1], max_new_tokens=MAX_NEW)
+    assert not plans[0].out_of_scope and plans[0].confidence["scope_margin"] is None
+    old.fit_scope(k1, small_stream.train[k1])
+    assert old.check_scope(["x"])[0].in_scope is None  # k2 not yet covered: still cannot tell
+    old.fit_scope(k2, small_stream.train[k2])
+    assert old.plan(OFF_DOMAIN[:1], max_new_tokens=MAX_NEW)[0].out_of_scope
+    np.testing.assert_allclose(old.scope.score(OFF_DOMAIN), bank.scope.score(OFF_DOMAIN))
+
+
+def test_lifecycle_through_the_cli(tmp_path, base, small_stream):
+    from typer.testing import CliRunner
+
+    from skillbank.cli import app
+    from skillbank.data.records import write_records
+
+    def invoke(*args, input=None):
+        return CliRunner().invoke(app, [str(a) for a in args], input=input, catch_exceptions=False)
+
+    k1, k2 = small_stream.family_keys[:2]
+    bank = SkillBank.create(tmp_path / "bank", base=base)
+    for k in (k1, k2):
+        learn(bank, small_stream, k)
+    r = invoke("skills", tmp_path / "bank", "--json")
+    rows = json.loads(r.stdout)
+    assert r.exit_code == 0 and {x["family"] for x in rows} == {k1, k2}
+    assert len(rows) == sum(len(small_stream.catalog.family(k).skills) for k in (k1, k2))
+    assert all(x["arguments"] for x in rows if small_stream.catalog.skills[x["skill"]].arguments)
+    r = invoke("info", tmp_path / "bank", "--verify")
+    text = " ".join(r.output.split())  # rich wraps long lines
+    assert r.exit_code == 0 and "every file matches its digest" in text and "out-of-scope detection on" in text
+    r = invoke("export-family", tmp_path / "bank", k2, "--out", tmp_path / "k2")
+    assert r.exit_code == 0, r.output
+    # forget asks first; "n" keeps everything
+    r = invoke("forget", tmp_path / "bank", k2, input="n\n")
+    assert r.exit_code == 1 and SkillBank.open_offline(tmp_path / "bank").shard_names == [k1, k2]
+    r = invoke("forget", tmp_path / "bank", k2, "--yes")
+    assert r.exit_code == 0 and SkillBank.open_offline(tmp_path / "bank").shard_names == [k1]
+    r = invoke("forget", tmp_path / "bank", "nope", "--yes")
+    assert r.exit_code == 2 and "no family 'nope'" in r.output
+    r = invoke("import-family", tmp_path / "bank", tmp_path / "k2", "--name", "speech_again")
+    assert r.exit_code == 0, r.output
+    assert SkillBank.open_offline(tmp_path / "bank").shard_names == [k1, "speech_again"]
+    r = invoke("import-family", tmp_path / "bank", tmp_path / "nowhere")
+    assert r.exit_code == 2 and "not a family export" in r.output
+    # a corrupted shard: info --verify names it and exits 1
+    entry = SkillBank.open_offline(tmp_path / "bank")._entry(k1)
+    (tmp_path / "bank" / entry.dir / "training.json").write_text("{}")
+    r = invoke("info", tmp_path / "bank", "--verify")
+    assert r.exit_code == 1 and "training.json does not match its digest" in " ".join(r.output.split())
+    # scope fit on a bank without scope statistics
+    write_records(tmp_path / "k1.jsonl", small_stream.train[k1])
+    r = invoke("scope", "fit", tmp_path / "bank", "--family", k1, "--data", tmp_path / "k1.jsonl")
+    assert r.exit_code == 0 and "detection is on" in r.output
