@@ -138,3 +138,24 @@ def test_load_errors(tmp_path):
     HashingNBAddress().partial_fit(["a b"], "x").save(tmp_path / "nb")
     with pytest.raises(SelectorError, match="not 'tfidf-logreg'"):
         TfidfLogRegAddress.load(tmp_path / "nb")
+
+
+def test_selector_modules_import_without_a_cycle():
+    """The registry names implementations by module path: the interface module imports none of them, and
+    the Address Memory never imports the other selectors (which import it)."""
+    import ast
+    from pathlib import Path
+
+    import skillbank.memory as memory
+    from skillbank.memory.selector import SELECTOR_KINDS, selector_class
+
+    def imports(path: Path) -> set[str]:
+        tree = ast.parse(path.read_text())
+        return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | {
+            a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+
+    root = Path(memory.__file__).parent
+    assert not {m for m in imports(root / "selector.py") if m.startswith("skillbank.memory")}
+    assert not {m for m in imports(root / "address.py") if m.startswith("skillbank.memory.selectors")}
+    for kind in SELECTOR_KINDS:
+        assert selector_class(kind).kind == kind

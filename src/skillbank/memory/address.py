@@ -1,11 +1,7 @@
-"""Address Memory: routing a raw request to one executor shard, plus the shared selector interface.
+"""Address Memory: routing a raw request to one executor shard.
 
-Every selector speaks scikit-learn: ``partial_fit(requests, labels)`` (labels are shard/family names;
-a label never seen before adds a class - families arrive one stage at a time and nothing is declared
-in advance, so a family not yet learned can never be chosen), ``predict``, ``predict_proba`` (columns in
-``classes_`` order), ``save(dir)`` and ``load(dir)``. Learned state ends in ``_``.
-
-Two selectors live here:
+Two selectors live here, both speaking the interface of :mod:`skillbank.memory.selector`
+(``partial_fit``, ``predict``, ``predict_proba``, ``save``/``load``):
 
 * :class:`HashingNBAddress` - FSM's replay-free default: fixed-size hashed word n-gram counts
   (scikit-learn's ``HashingVectorizer``) and an incremental multinomial Naive Bayes. Its state is the
@@ -15,18 +11,12 @@ Two selectors live here:
   reference), so its saved state is those requests and it is refitted deterministically on load.
 
 The other selectors (the embedding router, EPI, AdapterCL, Self-route, Oracle) live in
-:mod:`skillbank.memory.selectors` and register themselves the first time ``make_selector`` or
-``load_selector`` is called.
-
-On disk a selector is a directory: ``selector.json`` (kind, hyperparameters, classes, counts) plus an
-``.npz`` of arrays where needed - no pickles.
+:mod:`skillbank.memory.selectors`; ``make_selector`` / ``load_selector`` find every kind through the
+registry of :mod:`skillbank.memory.selector`. Out-of-scope detection is :mod:`skillbank.memory.scope`.
 """
 from __future__ import annotations
 
-import json
-from abc import ABC, abstractmethod
-from pathlib import Path
-from typing import ClassVar, Sequence
+from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -34,140 +24,13 @@ from sklearn.feature_extraction.text import HashingVectorizer, TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
 from skillbank.errors import SelectorError
-from skillbank.jsonfile import read_json
+from skillbank.memory.selector import Selector, check_requests
+from skillbank.memory.selector import load_selector, make_selector
 
-SELECTOR_FORMAT = 1
-_REGISTRY: dict[str, type["Selector"]] = {}
-
-
-def register(cls: type["Selector"]) -> type["Selector"]:
-    _REGISTRY[cls.kind] = cls
-    return cls
+# The Address Memory's callers read the whole selector API from here.
+__all__ = ["HashingNBAddress", "TfidfLogRegAddress", "Selector", "check_requests", "load_selector", "make_selector"]
 
 
-def _check_requests(requests: Sequence[str], what: str = "requests") -> list[str]:
-    if isinstance(requests, str):
-        raise SelectorError(f"{what} must be a list of strings, got a single string")
-    reqs = list(requests)
-    for i, r in enumerate(reqs):
-        if not isinstance(r, str) or not r.strip():
-            raise SelectorError(f"{what}[{i}] is empty or not a string: {r!r}")
-    return reqs
-
-
-class Selector(ABC):
-    """Common interface of every router over a bank of shards."""
-
-    kind: ClassVar[str] = ""
-    #: True when the selector keeps no requests (statistics only).
-    replay_free: ClassVar[bool] = True
-
-    classes_: list[str]
-
-    # -- learning ----------------------------------------------------------------------------
-    @abstractmethod
-    def partial_fit(self, requests: Sequence[str], labels: Sequence[str] | str) -> "Selector":
-        """Update with one stage's requests (labels: one per request, or one label for all)."""
-
-    def fit(self, requests: Sequence[str], labels: Sequence[str] | str) -> "Selector":
-        self.reset()
-        return self.partial_fit(requests, labels)
-
-    @abstractmethod
-    def reset(self) -> None:
-        """Forget everything learned."""
-
-    def _labels(self, requests: list[str], labels: Sequence[str] | str) -> list[str]:
-        if isinstance(labels, str):
-            labels = [labels] * len(requests)
-        labels = list(labels)
-        if len(labels) != len(requests):
-            raise SelectorError(f"got {len(requests)} requests but {len(labels)} labels")
-        for lab in labels:
-            if not isinstance(lab, str) or not lab:
-                raise SelectorError(f"labels must be non-empty strings, got {lab!r}")
-        return labels
-
-    def forget(self, label: str) -> "Selector":
-        """Remove one class exactly, as if it had never been learned (selectors whose state is additive)."""
-        raise SelectorError(f"{type(self).__name__} cannot forget a class exactly: its statistics mix classes")
-
-    # -- reading -----------------------------------------------------------------------------
-    @abstractmethod
-    def predict_proba(self, requests: Sequence[str]) -> np.ndarray:
-        """Routing probabilities, shape (n_requests, n_classes), columns in ``classes_`` order."""
-
-    def predict(self, requests: Sequence[str]) -> list[str]:
-        proba = self.predict_proba(requests)
-        return [self.classes_[i] for i in np.argmax(proba, axis=1)]
-
-    def _check_fitted(self) -> None:
-        if not getattr(self, "classes_", None):
-            raise SelectorError(f"{type(self).__name__} has not learned any shard yet; call partial_fit first")
-
-    # -- persistence -------------------------------------------------------------------------
-    @abstractmethod
-    def get_params(self) -> dict: ...
-
-    @abstractmethod
-    def _state(self) -> tuple[dict, dict[str, np.ndarray]]:
-        """(JSON-able state, arrays) to save."""
-
-    @abstractmethod
-    def _set_state(self, state: dict, arrays: dict[str, np.ndarray]) -> None: ...
-
-    def save(self, directory: str | Path) -> Path:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        state, arrays = self._state()
-        meta = {"format": SELECTOR_FORMAT, "kind": self.kind, "params": self.get_params(), "state": state}
-        if arrays:
-            np.savez_compressed(directory / "stats.npz", **arrays)
-        (directory / "selector.json").write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
-        return directory
-
-    @classmethod
-    def load(cls, directory: str | Path) -> "Selector":
-        return load_selector(directory, expected=cls if cls is not Selector else None)
-
-
-def _ensure_registered() -> None:
-    """Register the selectors of ``skillbank.memory.selectors`` (imported lazily: they import this module)."""
-    import skillbank.memory.selectors  # noqa: F401
-
-
-def load_selector(directory: str | Path, expected: type[Selector] | None = None, **context) -> Selector:
-    """Load a saved selector. ``context``: models a model-based selector reads but never saves
-    (``base=``, ``execution=``, ``gold=``; see :mod:`skillbank.memory.selectors.model_based`)."""
-    _ensure_registered()
-    directory = Path(directory)
-    meta_path = directory / "selector.json"
-    meta = read_json(meta_path, SelectorError, expect_format=SELECTOR_FORMAT, what="selector",
-                     missing=f"{directory} holds no selector (missing selector.json)")
-    kind = meta.get("kind")
-    if kind not in _REGISTRY:
-        raise SelectorError(f"{meta_path}: unknown selector kind {kind!r}; known: {sorted(_REGISTRY)}")
-    cls = _REGISTRY[kind]
-    if expected is not None and not issubclass(cls, expected):
-        raise SelectorError(f"{meta_path}: holds a {kind!r} selector, not {expected.kind!r}")
-    sel = cls(**meta.get("params", {}), **context)
-    arrays = {}
-    if (directory / "stats.npz").is_file():
-        with np.load(directory / "stats.npz") as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    sel._set_state(meta.get("state", {}), arrays)
-    return sel
-
-
-def make_selector(kind: str, **params) -> Selector:
-    """A fresh selector of ``kind``; ``params``: its hyperparameters plus any context it needs."""
-    _ensure_registered()
-    if kind not in _REGISTRY:
-        raise SelectorError(f"unknown selector kind {kind!r}; known: {sorted(_REGISTRY)}")
-    return _REGISTRY[kind](**params)
-
-
-@register
 class HashingNBAddress(Selector):
     """Hashed n-gram counts + incremental multinomial Naive Bayes (FSM's Address Memory).
 
@@ -222,10 +85,10 @@ class HashingNBAddress(Selector):
                 "prior": self.prior, "lowercase": self.lowercase}
 
     def transform(self, requests: Sequence[str]) -> sp.csr_matrix:
-        return self._vectorizer.transform(_check_requests(requests))
+        return self._vectorizer.transform(check_requests(requests))
 
     def partial_fit(self, requests, labels) -> "HashingNBAddress":
-        reqs = _check_requests(requests)
+        reqs = check_requests(requests)
         if not reqs:
             raise SelectorError("partial_fit needs at least one request")
         labs = self._labels(reqs, labels)
@@ -297,7 +160,6 @@ class HashingNBAddress(Selector):
             raise SelectorError("saved Address Memory state is inconsistent (class counts vs classes)")
 
 
-@register
 class TfidfLogRegAddress(Selector):
     """Offline reference: TF-IDF word n-grams + multinomial logistic regression on all requests so far.
 
@@ -330,7 +192,7 @@ class TfidfLogRegAddress(Selector):
                 "sublinear_tf": self.sublinear_tf}
 
     def partial_fit(self, requests, labels) -> "TfidfLogRegAddress":
-        reqs = _check_requests(requests)
+        reqs = check_requests(requests)
         if not reqs:
             raise SelectorError("partial_fit needs at least one request")
         labs = self._labels(reqs, labels)
@@ -351,7 +213,7 @@ class TfidfLogRegAddress(Selector):
 
     def predict_proba(self, requests) -> np.ndarray:
         self._check_fitted()
-        reqs = _check_requests(requests)
+        reqs = check_requests(requests)
         if self._model is None:
             return np.ones((len(reqs), 1))
         proba = self._model.predict_proba(self._vectorizer.transform(reqs))

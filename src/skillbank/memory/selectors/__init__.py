@@ -1,7 +1,7 @@
 """Selectors beyond the Address Memory (which stays in :mod:`skillbank.memory.address`).
 
-Importing this package registers every kind with the selector registry, so ``make_selector`` and
-``load_selector`` find them:
+Every kind is named in the registry of :mod:`skillbank.memory.selector` (``SELECTOR_KINDS``), which
+``make_selector`` and ``load_selector`` resolve on first use:
 
 ========================  ==================================================================  ==========
 kind                      what it reads                                                       keeps

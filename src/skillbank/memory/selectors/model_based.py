@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from skillbank.errors import ModelError, SelectorError
-from skillbank.memory.address import Selector, _check_requests, register
+from skillbank.memory.selector import Selector, check_requests
 from skillbank.memory.selectors.gaussian import GaussianClassStats
 
 
@@ -45,7 +45,7 @@ class _ShardListSelector(Selector):
         self.classes_ = []
 
     def _register(self, requests, labels) -> list[str]:
-        reqs = _check_requests(requests)
+        reqs = check_requests(requests)
         if not reqs:
             raise SelectorError("partial_fit needs at least one request")
         labs = self._labels(reqs, labels)
@@ -111,7 +111,6 @@ class BaseHiddenStates:
         return out
 
 
-@register
 class EPISelector(Selector):
     """Non-parametric task identification from frozen-base hidden states (Mahalanobis, shared covariance).
 
@@ -152,7 +151,7 @@ class EPISelector(Selector):
         return self._featurizer(requests)
 
     def partial_fit(self, requests, labels) -> "EPISelector":
-        reqs = _check_requests(requests)
+        reqs = check_requests(requests)
         if not reqs:
             raise SelectorError("partial_fit needs at least one request")
         labs = self._labels(reqs, labels)
@@ -162,7 +161,7 @@ class EPISelector(Selector):
 
     def predict_proba(self, requests) -> np.ndarray:
         self._check_fitted()
-        return _softmax(self.stats_.log_scores(self.features(_check_requests(requests))))
+        return _softmax(self.stats_.log_scores(self.features(check_requests(requests))))
 
     def _state(self):
         return {"classes": self.classes_, "base": self.base_identity_}, self.stats_.arrays()
@@ -231,7 +230,6 @@ class AdapterRequestNLL:
         return out
 
 
-@register
 class AdapterCLSelector(_ShardListSelector):
     """Route to the shard under which the request has the lowest perplexity (AdapterCL).
 
@@ -267,7 +265,7 @@ class AdapterCLSelector(_ShardListSelector):
     def nll(self, requests: Sequence[str]) -> np.ndarray:
         """Per-token NLL of each request under each learned shard, (n_requests, n_classes)."""
         self._check_fitted()
-        reqs = _check_requests(requests)
+        reqs = check_requests(requests)
         return np.stack([self.scorer()(c, reqs) for c in self.classes_], axis=1)
 
     def predict_proba(self, requests) -> np.ndarray:
@@ -275,7 +273,6 @@ class AdapterCLSelector(_ShardListSelector):
 
 
 # -- Self-route ----------------------------------------------------------------------------------
-@register
 class SelfRouteSelector(_ShardListSelector):
     """Every learned shard generates; pick the output with the highest mean token log-probability.
 
@@ -320,7 +317,7 @@ class SelfRouteSelector(_ShardListSelector):
     def outputs(self, requests: Sequence[str]) -> list[list]:
         """Every learned shard's output for each request: ``[request][class]``."""
         self._check_fitted()
-        reqs = _check_requests(requests)
+        reqs = check_requests(requests)
         flat = self.cache().get([(c, r) for r in reqs for c in self.classes_])
         k = len(self.classes_)
         return [flat[i * k:(i + 1) * k] for i in range(len(reqs))]
@@ -334,7 +331,6 @@ class SelfRouteSelector(_ShardListSelector):
 
 
 # -- Oracle --------------------------------------------------------------------------------------
-@register
 class OracleSelector(_ShardListSelector):
     """The gold family of each request (execution-only reference). Context (not saved): ``gold``, a mapping
     request -> family, covering every request it will be asked about."""
@@ -355,7 +351,7 @@ class OracleSelector(_ShardListSelector):
 
     def predict_proba(self, requests) -> np.ndarray:
         self._check_fitted()
-        reqs = _check_requests(requests)
+        reqs = check_requests(requests)
         proba = np.zeros((len(reqs), len(self.classes_)))
         for i, r in enumerate(reqs):
             family = self._gold.get(r)

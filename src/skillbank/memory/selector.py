@@ -1,0 +1,159 @@
+"""The selector interface every router over a bank speaks, and the registry of selector kinds.
+
+Every selector speaks scikit-learn: ``partial_fit(requests, labels)`` (labels are shard/family names;
+a label never seen before adds a class - families arrive one stage at a time and nothing is declared
+in advance, so a family not yet learned can never be chosen), ``predict``, ``predict_proba`` (columns in
+``classes_`` order), ``save(dir)`` and ``load(dir)``. Learned state ends in ``_``.
+
+On disk a selector is a directory: ``selector.json`` (kind, hyperparameters, classes, counts) plus an
+``.npz`` of arrays where needed - no pickles.
+
+The registry names each kind's class by module path and is resolved on first use, so this module imports
+no implementation: :mod:`skillbank.memory.address` (the Address Memory) and :mod:`skillbank.memory.selectors`
+(the other routers) import it, never each other in a circle.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import ClassVar, Sequence
+
+import numpy as np
+
+from skillbank.errors import SelectorError
+from skillbank.jsonfile import read_json
+
+SELECTOR_FORMAT = 1
+#: kind -> "module:Class". One table: a new selector kind is added here.
+SELECTOR_KINDS = {
+    "hashing-nb": "skillbank.memory.address:HashingNBAddress",
+    "tfidf-logreg": "skillbank.memory.address:TfidfLogRegAddress",
+    "embed-lda-nb": "skillbank.memory.selectors.embedding:EmbeddingLDANBAddress",
+    "epi": "skillbank.memory.selectors.model_based:EPISelector",
+    "adaptercl": "skillbank.memory.selectors.model_based:AdapterCLSelector",
+    "self-route": "skillbank.memory.selectors.model_based:SelfRouteSelector",
+    "oracle": "skillbank.memory.selectors.model_based:OracleSelector",
+}
+
+
+def selector_class(kind: str, where: str = "") -> type["Selector"]:
+    if kind not in SELECTOR_KINDS:
+        raise SelectorError(f"{where}unknown selector kind {kind!r}; known: {sorted(SELECTOR_KINDS)}")
+    module, name = SELECTOR_KINDS[kind].split(":")
+    cls = getattr(importlib.import_module(module), name)
+    if getattr(cls, "kind", None) != kind:
+        raise SelectorError(f"selector registry: {SELECTOR_KINDS[kind]} declares kind {cls.kind!r}, not {kind!r}")
+    return cls
+
+
+def check_requests(requests: Sequence[str], what: str = "requests") -> list[str]:
+    if isinstance(requests, str):
+        raise SelectorError(f"{what} must be a list of strings, got a single string")
+    reqs = list(requests)
+    for i, r in enumerate(reqs):
+        if not isinstance(r, str) or not r.strip():
+            raise SelectorError(f"{what}[{i}] is empty or not a string: {r!r}")
+    return reqs
+
+
+class Selector(ABC):
+    """Common interface of every router over a bank of shards."""
+
+    kind: ClassVar[str] = ""
+    #: True when the selector keeps no requests (statistics only).
+    replay_free: ClassVar[bool] = True
+
+    classes_: list[str]
+
+    # -- learning ----------------------------------------------------------------------------
+    @abstractmethod
+    def partial_fit(self, requests: Sequence[str], labels: Sequence[str] | str) -> "Selector":
+        """Update with one stage's requests (labels: one per request, or one label for all)."""
+
+    def fit(self, requests: Sequence[str], labels: Sequence[str] | str) -> "Selector":
+        self.reset()
+        return self.partial_fit(requests, labels)
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Forget everything learned."""
+
+    def _labels(self, requests: list[str], labels: Sequence[str] | str) -> list[str]:
+        if isinstance(labels, str):
+            labels = [labels] * len(requests)
+        labels = list(labels)
+        if len(labels) != len(requests):
+            raise SelectorError(f"got {len(requests)} requests but {len(labels)} labels")
+        for lab in labels:
+            if not isinstance(lab, str) or not lab:
+                raise SelectorError(f"labels must be non-empty strings, got {lab!r}")
+        return labels
+
+    def forget(self, label: str) -> "Selector":
+        """Remove one class exactly, as if it had never been learned (selectors whose state is additive)."""
+        raise SelectorError(f"{type(self).__name__} cannot forget a class exactly: its statistics mix classes")
+
+    # -- reading -----------------------------------------------------------------------------
+    @abstractmethod
+    def predict_proba(self, requests: Sequence[str]) -> np.ndarray:
+        """Routing probabilities, shape (n_requests, n_classes), columns in ``classes_`` order."""
+
+    def predict(self, requests: Sequence[str]) -> list[str]:
+        proba = self.predict_proba(requests)
+        return [self.classes_[i] for i in np.argmax(proba, axis=1)]
+
+    def _check_fitted(self) -> None:
+        if not getattr(self, "classes_", None):
+            raise SelectorError(f"{type(self).__name__} has not learned any shard yet; call partial_fit first")
+
+    # -- persistence -------------------------------------------------------------------------
+    @abstractmethod
+    def get_params(self) -> dict: ...
+
+    @abstractmethod
+    def _state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """(JSON-able state, arrays) to save."""
+
+    @abstractmethod
+    def _set_state(self, state: dict, arrays: dict[str, np.ndarray]) -> None: ...
+
+    def save(self, directory: str | Path) -> Path:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        state, arrays = self._state()
+        meta = {"format": SELECTOR_FORMAT, "kind": self.kind, "params": self.get_params(), "state": state}
+        if arrays:
+            np.savez_compressed(directory / "stats.npz", **arrays)
+        (directory / "selector.json").write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "Selector":
+        return load_selector(directory, expected=cls if cls is not Selector else None)
+
+
+def load_selector(directory: str | Path, expected: type[Selector] | None = None, **context) -> Selector:
+    """Load a saved selector. ``context``: models a model-based selector reads but never saves
+    (``base=``, ``execution=``, ``gold=``; see :mod:`skillbank.memory.selectors.model_based`)."""
+    directory = Path(directory)
+    meta_path = directory / "selector.json"
+    meta = read_json(meta_path, SelectorError, expect_format=SELECTOR_FORMAT, what="selector",
+                     missing=f"{directory} holds no selector (missing selector.json)")
+    kind = meta.get("kind")
+    cls = selector_class(kind, f"{meta_path}: ")
+    if expected is not None and not issubclass(cls, expected):
+        raise SelectorError(f"{meta_path}: holds a {kind!r} selector, not {expected.kind!r}")
+    sel = cls(**meta.get("params", {}), **context)
+    arrays = {}
+    if (directory / "stats.npz").is_file():
+        with np.load(directory / "stats.npz") as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    sel._set_state(meta.get("state", {}), arrays)
+    return sel
+
+
+def make_selector(kind: str, **params) -> Selector:
+    """A fresh selector of ``kind``; ``params``: its hyperparameters plus any context it needs."""
+    return selector_class(kind)(**params)
