@@ -141,8 +141,11 @@ def test_open_refuses_other_base_and_tampered_shard(tmp_path, base, small_stream
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0xFF
     weights.write_bytes(bytes(data))
-    with pytest.raises(BankError, match="does not match its digest"):
-        SkillBank.open(tmp_path / "bank", base=base)
+    # a tampered shard is found when it is first loaded, naming it (opening reads no shard)
+    fresh = load_base(BaseModelConfig(name=str(base.config.name)), progress=False)
+    reopened = SkillBank.open(tmp_path / "bank", base=fresh)
+    with pytest.raises(BankError, match=f"shard '{k1}'.*does not match its digest"):
+        reopened.plan(["a request"], max_new_tokens=4, scope=False)
     (tmp_path / "bank" / "bank.json").write_text('{"format": 99, "base": {}}')
     with pytest.raises(BankError, match="bank format 99"):
         SkillBank.open(tmp_path / "bank", base=base)

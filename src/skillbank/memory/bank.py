@@ -207,13 +207,18 @@ class SkillBank:
         return cls(root, manifest, ExecutionMemory(base), None)
 
     @classmethod
-    def open(cls, path: str | Path, base=None, *, base_config=None) -> "SkillBank":
-        """Open a bank, verifying format, base digest and shard digests; load shards frozen."""
+    def open(cls, path: str | Path, base=None, *, base_config=None, max_resident: int | None = None) -> "SkillBank":
+        """Open a bank: read its manifest and Address Memory and check the base model's digest. Shards are
+        loaded - and their files checked against their digests - when a request first needs them
+        (``skillbank info --verify`` checks them all); with ``max_resident`` at most that many stay loaded
+        (least recently used evicted), so memory does not grow with the number of families."""
         from skillbank.memory.execution import ExecutionMemory
         from skillbank.model.base import BaseModelConfig, load_base
         root = Path(path)
         manifest = read_manifest(root)
-        verify_shards(root, manifest)
+        if max_resident is not None and isinstance(max_resident, int) and max_resident > max(1, len(manifest.shards)):
+            raise BankError(f"max_resident {max_resident} is larger than the bank's {len(manifest.shards)} shard(s); "
+                            "leave it unset to keep every shard loaded")
         if base is None:
             cfg = base_config or BaseModelConfig(name=manifest.base["name"])
             base = load_base(cfg)
@@ -222,9 +227,9 @@ class SkillBank:
                 f"{root} was built on base model {manifest.base['name']!r} (digest {manifest.base['digest'][:19]}...), "
                 f"but the loaded base is {base.identity['name']!r} (digest {base.identity['digest'][:19]}...); "
                 "shards only work on the base they were trained on")
-        execution = ExecutionMemory(base)
+        execution = ExecutionMemory(base, max_resident=max_resident)
         for shard in manifest.shards:
-            execution.attach(shard.name, root / shard.dir, shard)
+            execution.add(shard.name, root / shard.dir, shard)
         address = load_selector(root / manifest.address_dir) if manifest.address_dir else None
         return cls(root, manifest, execution, address, load_scope(root, manifest))
 

@@ -5,6 +5,12 @@ Every shard is a PEFT adapter injected into the *same* base model (``LoadedBase.
 Generation groups requests by shard: each shard is activated once and its requests are decoded in
 batches, then each output is parsed with the shard's own target format (``skillbank.model.serialization``).
 
+Shards are loaded lazily: ``add`` only records a shard (name, directory, manifest entry); its adapter is
+read - and its files checked against their digests - the first time a request needs it. With
+``max_resident`` set, at most that many shards stay loaded, least recently used evicted first, so memory
+stays flat however many families a bank holds; a shard reloaded from its (write-once) files decodes exactly
+as before.
+
 Decoding is constrained by default: each shard's grammar (``skillbank.model.constrain``), built once from
 its ``skills.json`` and target format, lets it write only its own skills, their declared arguments and
 well-formed graphs. ``constrain=False`` decodes freely (for comparison).
@@ -13,7 +19,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -45,21 +51,62 @@ class ExecutionMemory:
     """The executors of a bank. ``shards`` maps a shard name to its manifest entry (target format,
     family prefix, system prompt), which decoding needs."""
 
-    def __init__(self, base: LoadedBase):
+    def __init__(self, base: LoadedBase, max_resident: int | None = None):
+        if max_resident is not None and (not isinstance(max_resident, int) or max_resident < 1):
+            raise BankError(f"max_resident must be a whole number >= 1 (or None: no limit), got {max_resident!r}")
         self.base = base
-        self.shards: dict = {}
-        self.dirs: dict[str, Path] = {}  # shard name -> its directory (skills.json)
+        self.max_resident = max_resident
+        self.shards: dict = {}  # every known shard's manifest entry, loaded or not
+        self.dirs: dict[str, Path] = {}  # shard name -> its directory (adapter, skills.json)
+        self.resident: OrderedDict[str, None] = OrderedDict()  # loaded adapters, least recently used first
+        self.loads = 0  # adapters read from disk (first use and reloads after eviction)
         self.stats = GenerationStats()
         self._grammars: dict[tuple, object] = {}
 
     # -- write -------------------------------------------------------------------------------
+    def add(self, name: str, directory: str | Path, entry) -> None:
+        """Know a saved shard without loading it: it is read (and its files checked) on first use."""
+        self.register(name, directory, entry)
+
     def attach(self, name: str, directory: str | Path, entry) -> None:
-        """Load a saved shard frozen."""
+        """Load a saved shard frozen now."""
+        self.register(name, directory, entry)
+        self.ensure_resident([name])
+
+    def ensure_resident(self, names: Sequence[str], *, pinned: Sequence[str] = ()) -> None:
+        """Load every shard of ``names`` that is not loaded (checking its files against their digests), mark
+        them most recently used, then evict least recently used shards beyond ``max_resident`` - never one
+        of ``names`` or ``pinned`` (rows still decoding with them)."""
+        for name in dict.fromkeys(names):
+            if name not in self.shards:
+                raise BankError(f"unknown shard {name!r}; this bank has {sorted(self.shards)}")
+            if name not in self.resident:
+                self._load(name)
+                self.resident[name] = None
+            self.resident.move_to_end(name)
+        keep = set(names) | set(pinned)
+        if self.max_resident is not None:
+            for victim in [n for n in self.resident if n not in keep][:max(0, len(self.resident) - self.max_resident)]:
+                self.base.remove_adapter(victim)
+                del self.resident[victim]
+
+    def _load(self, name: str) -> None:
+        """Read a shard's adapter after checking its files: a shard deleted or corrupted after the bank was
+        opened fails here, naming the shard, and every other shard keeps working."""
+        from skillbank.memory.bank import file_digest
+        directory, entry = self.dirs[name], self.shards[name]
+        for fname, digest in (getattr(entry, "digests", None) or {}).items():
+            path = directory / fname
+            if not path.is_file():
+                raise BankError(f"shard {name!r} is missing {path} (deleted after the bank was opened?)")
+            if file_digest(path) != digest:
+                raise BankError(f"shard {name!r}: {path} does not match its digest (modified or corrupted); "
+                                "shards are write-once")
         try:
             self.base.load_adapter(name, directory)
         except ModelError as exc:
             raise BankError(f"cannot load shard {name!r} from {directory}: {exc}") from exc
-        self.register(name, directory, entry)
+        self.loads += 1
 
     def register(self, name: str, directory: str | Path, entry) -> None:
         """Record a loaded shard's manifest entry and directory."""
@@ -72,6 +119,7 @@ class ExecutionMemory:
         from skillbank.train.executor import train_executor
         _, summary = train_executor(self.base, records, cfg, adapter_name=name, family_prefix=family_prefix,
                                     progress=progress)
+        self.resident[name] = None  # in memory now; counted against max_resident once registered
         return summary.to_dict()
 
     def load_trained(self, name: str, directory: str | Path) -> dict:
@@ -86,6 +134,7 @@ class ExecutionMemory:
             self.base.load_adapter(name, directory)
         except ModelError as exc:
             raise BankError(f"cannot load trained shard {name!r} from {directory}: {exc}") from exc
+        self.resident[name] = None
         return json.loads(summary_path.read_text())
 
     def save_shard(self, name: str, directory: str | Path) -> Path:
@@ -102,6 +151,7 @@ class ExecutionMemory:
         self.base.remove_adapter(name)
         self.shards.pop(name, None)
         self.dirs.pop(name, None)
+        self.resident.pop(name, None)
 
     # -- grammars ----------------------------------------------------------------------------
     def grammar(self, name: str, copy_from: str | None = None):
@@ -156,6 +206,7 @@ class ExecutionMemory:
             grammars = None
             if constrain:
                 grammars = [self.grammar(name, requests[i] if copy_values else None) for i in idx]
+            self.ensure_resident([name])
             model = self.base.activate(name)
             outs = generate_for_requests(model, self.base.tokenizer, [requests[i] for i in idx],
                                          system_prompt=entry.system_prompt, batch_size=batch_size,

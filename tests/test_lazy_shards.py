@@ -1,0 +1,68 @@
+"""Shards load on first use, at most ``max_resident`` stay loaded, and a reloaded shard decodes the same."""
+import shutil
+
+import pytest
+
+from skillbank.errors import BankError
+from skillbank.memory.bank import SkillBank
+from skillbank.model.base import BaseModelConfig, load_base
+from skillbank.train.executor import TrainConfig
+
+CFG = TrainConfig(epochs=1, batch_size=3, target_format="compact", seed=0)
+MAX_NEW = 8
+
+
+@pytest.fixture()
+def three_shard_bank(tmp_path, tiny_model_dir, small_stream):
+    base = load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False)
+    bank = SkillBank.create(tmp_path / "bank", base=base)
+    for k in small_stream.family_keys[:3]:
+        bank.learn(k, small_stream.train[k], CFG, catalog=small_stream.catalog, progress=False)
+    return tmp_path / "bank"
+
+
+def fresh(tiny_model_dir):
+    return load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False)
+
+
+def test_open_loads_nothing_and_lru_keeps_outputs(three_shard_bank, tiny_model_dir, small_stream):
+    keys = small_stream.family_keys[:3]
+    requests = [r.request for k in keys for r in small_stream.test[k]][:6]
+    unbounded = SkillBank.open(three_shard_bank, base=fresh(tiny_model_dir))
+    assert unbounded.execution.resident == {} and unbounded.execution.base.adapter_names == []
+    want = {k: [p.raw for p in unbounded.plan(requests, shard=k, max_new_tokens=MAX_NEW)] for k in keys}
+    assert list(unbounded.execution.resident) == keys and unbounded.execution.loads == 3
+
+    bounded = SkillBank.open(three_shard_bank, base=fresh(tiny_model_dir), max_resident=1)
+    # two rounds over the three shards: every use after the first evicts, so every shard is reloaded
+    for _ in range(2):
+        for k in keys:
+            got = [p.raw for p in bounded.plan(requests, shard=k, max_new_tokens=MAX_NEW)]
+            assert got == want[k]
+            assert list(bounded.execution.resident) == [k] and bounded.execution.base.adapter_names == [k]
+    assert bounded.execution.loads == 6
+    # routed plans (several shards in one call) decode group by group within the bound
+    routed = bounded.plan(requests, max_new_tokens=MAX_NEW, scope=False)
+    assert len(bounded.execution.resident) == 1
+    assert [p.raw for p in routed] == [p.raw for p in unbounded.plan(requests, max_new_tokens=MAX_NEW, scope=False)]
+
+
+def test_a_shard_broken_after_open_fails_alone(three_shard_bank, tiny_model_dir, small_stream):
+    k1, k2, k3 = small_stream.family_keys[:3]
+    bank = SkillBank.open(three_shard_bank, base=fresh(tiny_model_dir))
+    shutil.rmtree(three_shard_bank / bank._entry(k2).dir)
+    weights = three_shard_bank / bank._entry(k3).dir / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-4] + b"\0\0\0\0")
+    with pytest.raises(BankError, match=f"shard '{k2}' is missing"):
+        bank.plan(["x"], shard=k2, max_new_tokens=MAX_NEW)
+    with pytest.raises(BankError, match=f"shard '{k3}'.*does not match its digest"):
+        bank.plan(["x"], shard=k3, max_new_tokens=MAX_NEW)
+    assert bank.plan(["x"], shard=k1, max_new_tokens=MAX_NEW)[0].shard == k1  # the others keep working
+
+
+def test_max_resident_bad_values(three_shard_bank, tiny_model_dir):
+    for bad in (0, -1):
+        with pytest.raises(BankError, match="max_resident must be"):
+            SkillBank.open(three_shard_bank, base=fresh(tiny_model_dir), max_resident=bad)
+    with pytest.raises(BankError, match="larger than the bank's 3 shard"):
+        SkillBank.open(three_shard_bank, base=fresh(tiny_model_dir), max_resident=4)
