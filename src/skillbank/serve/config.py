@@ -1,6 +1,8 @@
 """The service's one typed configuration: the CLI, the app factory and the benchmark all build a ServeConfig."""
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 from typing import Optional
 
@@ -20,6 +22,9 @@ class ServeConfig(BaseModel):
     reuse_prefixes: prefill only what follows the prompt prefix a shard's requests share (skillbank.model.decode.PrefixKV).
     constrain: decode each request with its shard's grammar (only its skills and their declared arguments;
         skillbank.model.constrain); in upstream mode the grammar is sent as ``structured_outputs``.
+    scope: refuse a routed request no learned family covers (the Address Memory's out-of-scope check,
+        skillbank.memory.scope): it is answered as out of scope with the reason and never queued or generated.
+        A forced shard is not checked; a bank without scope statistics is served without the check (logged).
     queue_size: most requests waiting or running; beyond it a call gets 429 with Retry-After.
     timeout_s: per-request deadline, queueing included (504 after it).
     max_request_chars / max_list: limits on one request's text and on the requests of one /v1/plan call (413).
@@ -32,11 +37,18 @@ class ServeConfig(BaseModel):
         show in ``ps``).
     threads: torch threads of the served model; None = one fewer than the cores (at least 1, at most 8), which
         leaves a core for the event loop and the HTTP traffic (on 2 cores this measured faster than 2 threads).
+    max_resident: most shards kept loaded at once, least recently used evicted (None = every shard, once used);
+        a batch keeps every shard its rows decode with, so the bound is max(max_resident, shards in the batch).
     learn_threads: torch threads of a background learn process (None = half the cores: it shares them with
         serving).
     max_upload_mb: largest records upload accepted by ``POST /v1/families``.
     allowed_hosts: Host header names answered (any port); None = any. ``skillbank serve`` on a loopback address
         sets the loopback names, so a web page cannot reach the service through a rebound DNS name.
+    header_timeout_s: a request head (request line and headers) must arrive whole within this many seconds of the
+        connection opening, or of its first byte on a kept-alive connection; else 408 and the connection is
+        closed. Without it a client that sends part of a head, or nothing, holds its connection forever
+        (slowloris): uvicorn times out only idle keep-alive connections. See :func:`http_protocol`.
+    keep_alive_s: an idle keep-alive connection is closed after this many seconds (uvicorn's timeout_keep_alive).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -48,6 +60,8 @@ class ServeConfig(BaseModel):
     max_batch: int = Field(16, ge=1, le=1024)
     reuse_prefixes: bool = True
     constrain: bool = True
+    scope: bool = True
+    max_resident: Optional[int] = Field(None, ge=1)
     queue_size: int = Field(256, ge=1)
     timeout_s: float = Field(120.0, gt=0)
     max_request_chars: int = Field(4000, ge=1)
@@ -60,6 +74,8 @@ class ServeConfig(BaseModel):
     learn_threads: Optional[int] = Field(None, ge=1)
     max_upload_mb: float = Field(64.0, gt=0)
     allowed_hosts: Optional[list[str]] = None
+    header_timeout_s: float = Field(10.0, gt=0, le=3600)
+    keep_alive_s: float = Field(5.0, gt=0, le=3600)
 
     @field_validator("upstream")
     @classmethod
@@ -89,6 +105,10 @@ class ServeConfig(BaseModel):
     def model_threads(self) -> int:
         return self.threads or max(1, min(8, (os.cpu_count() or 2) - 1))
 
+    def uvicorn_options(self) -> dict:
+        """The connection settings of this config as ``uvicorn.Config`` / ``uvicorn.run`` keywords."""
+        return {"http": http_protocol(self.header_timeout_s), "timeout_keep_alive": self.keep_alive_s}
+
     @classmethod
     def from_env(cls, **values) -> "ServeConfig":
         """A config whose admin token comes from ``$SKILLBANK_ADMIN_TOKEN`` (unset or empty = none)."""
@@ -106,3 +126,64 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def http_protocol(header_timeout_s: float):
+    """uvicorn's h11 protocol with a deadline on each request head (``ServeConfig.header_timeout_s``).
+
+    uvicorn (0.54 here; the same holds for its httptools protocol) arms a timer only once a response is complete
+    (keep-alive); a connection that has sent nothing, or an unfinished request line or headers, waits forever,
+    and enough of them exhaust the server's sockets. The deadline starts when the connection opens, or when the
+    first byte of a later head arrives on a kept-alive one, and further bytes do not extend it (a slowloris client
+    sends one byte at a time). A partly sent head gets a 408 before the close; an empty connection is closed as
+    an idle keep-alive one is. Once the head is whole the deadline is off: reading the body and answering are
+    the app's business (request bodies are bounded in size and requests by ``timeout_s``).
+
+    A class made per value, because uvicorn builds one protocol object per connection from the class alone.
+    """
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeoutH11Protocol(H11Protocol):
+        _head_deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._arm_head_deadline()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.transport.is_closing():
+                return
+            if self.conn.their_state is h11.IDLE:  # still waiting for (the rest of) a head
+                if self._head_deadline is None:  # first bytes of a head on a kept-alive connection
+                    self._arm_head_deadline()
+            else:
+                self._disarm_head_deadline()
+
+        def connection_lost(self, exc) -> None:
+            self._disarm_head_deadline()
+            super().connection_lost(exc)
+
+        def _arm_head_deadline(self) -> None:
+            self._head_deadline = self.loop.call_later(header_timeout_s, self._head_timed_out)
+
+        def _disarm_head_deadline(self) -> None:
+            if self._head_deadline is not None:
+                self._head_deadline.cancel()
+                self._head_deadline = None
+
+        def _head_timed_out(self) -> None:
+            self._head_deadline = None
+            if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+                return
+            if self.conn.trailing_data[0]:  # part of a head: say why (h11 cannot: no request to answer yet)
+                body = json.dumps({"error": {"message": f"the request head did not arrive within "
+                                             f"{header_timeout_s:g} s", "type": "timeout", "param": None}}).encode()
+                self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                                     b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+                self.logger.warning("closed a connection from %s: its request head did not arrive within %g s",
+                                    "%s:%d" % self.client if self.client else "?", header_timeout_s)
+            self.transport.close()
+
+    return HeaderTimeoutH11Protocol

@@ -9,7 +9,9 @@ picks up whatever the bank on disk now holds (``on_finished``) and only then rep
 client that sees ``done`` is routed to the new family by its next request.
 
 The uploaded records live in a private temporary directory for the job's lifetime only: the bank keeps no
-requests, and neither does the service.
+requests, and neither does the service. It is removed however the job ends: done, failed, cancelled, its process
+killed, the service shut down (``close`` waits for every job's own clean-up), or the service killed (the
+learner, which dies with its service, removes it then: see learner.py).
 """
 from __future__ import annotations
 
@@ -148,7 +150,7 @@ class LearnManager:
         self.jobs[job.id] = job
         args = [sys.executable, "-m", "skillbank.serve.learner", "--bank", str(self.root.resolve()),
                 "--family", family, "--data", str(data), "--status", str(workdir / "status.json"),
-                "--train", json.dumps(cfg.to_dict())]
+                "--train", json.dumps(cfg.to_dict()), "--parent-pid", str(os.getpid()), "--workdir", str(workdir)]
         if skills is not None:
             args += ["--skills", json.dumps(sorted(set(skills)))]
         if self.threads:
@@ -190,6 +192,9 @@ class LearnManager:
             log.exception("learn job %s", job.id)
             job.state, job.error = "failed", f"could not run the learn process: {type(exc).__name__}: {exc}"
         finally:
+            if job.process is not None and job.process.returncode is None:  # this task was cancelled: shutdown
+                job.process.kill()
+                await job.process.wait()  # a process still writing into the directory would outlive its removal
             shutil.rmtree(job.workdir, ignore_errors=True)  # the uploaded records go with it
         try:
             # Serve whatever the bank on disk now holds: normally the new shard; after a kill at the very end
@@ -225,11 +230,19 @@ class LearnManager:
         return job
 
     async def close(self) -> None:
+        """Stop every job (the bank stays as it was) and remove its records before the service exits."""
         for job in self.jobs.values():
             if job.process is not None and job.process.returncode is None:
+                job.state, job.error = "cancelled", "the service shut down; the bank is unchanged"
                 job.process.kill()
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        # Awaited, not only cancelled: a task the event loop drops at exit never runs its ``finally``.
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for job in self.jobs.values():  # a task cancelled before its first step never entered its ``try``
+            if job.workdir is not None:
+                shutil.rmtree(job.workdir, ignore_errors=True)
 
 
 def _tail(path: Path, n: int = 2000) -> str:

@@ -9,16 +9,31 @@ process the bank on disk is either the old one or the old one plus the new shard
 
 Progress goes to a JSON status file the service polls: ``{"state": "loading" | "training" | "published" |
 "failed", "step", "total", "epoch", "loss", "error", ...}``.
+
+A learner never outlives its service (``--parent-pid``): a job nobody can report or cancel any more must not
+keep the cores busy, nor publish a family into a bank the (restarted) service did not ask for. On Linux the
+kernel sends SIGTERM when the parent dies (``PR_SET_PDEATHSIG``); everywhere, a thread also watches
+``os.getppid()``; and the publish itself (the one ``os.replace`` of bank.json) is refused once the parent is
+gone. An orphaned learner removes the job's work directory (``--workdir``: the uploaded records) before it
+exits - the service that would have removed it is dead.
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import shutil
+import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+WATCH_INTERVAL_S = 0.5
+SIGTERM_ORPHAN_WAIT_S = 1.0
 
 
 def write_status(path: Path, **status) -> None:
@@ -54,6 +69,76 @@ def _progress_bar(status_path: Path):
     return StatusBar
 
 
+class ParentWatch:
+    """Ends this process when the process that started it (``parent``) is gone; see the module docstring."""
+
+    def __init__(self, parent: int, workdir: Path | None):
+        self.parent, self.workdir = parent, workdir
+
+    @property
+    def orphaned(self) -> bool:
+        # The kernel re-parents an orphan (to init or a subreaper): the parent id changes, it never comes back.
+        return os.getppid() != self.parent
+
+    def start(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        how = self._death_signal()
+        if self.orphaned:  # the parent died before the death signal was armed: nobody would send it
+            self.die()
+        threading.Thread(target=self._watch, name="parent-watch", daemon=True).start()
+        if how:
+            print(f"learner: parent {self.parent} watched every {WATCH_INTERVAL_S} s only ({how})", file=sys.stderr)
+
+    @staticmethod
+    def _death_signal() -> str | None:
+        """Arm PR_SET_PDEATHSIG; None when armed, else why not (the watcher thread then is the only guard)."""
+        if not sys.platform.startswith("linux"):
+            return f"no parent-death signal on {sys.platform}"
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+                return f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(ctypes.get_errno())}"
+        except (OSError, AttributeError) as exc:
+            return f"prctl is unavailable: {exc}"
+        return None
+
+    def _watch(self) -> None:
+        while not self.orphaned:
+            time.sleep(WATCH_INTERVAL_S)
+        self.die()
+
+    def _on_sigterm(self, signum, frame) -> None:
+        # From the kernel when the parent died, or from anyone else: the records go only when nobody is left to
+        # remove them (a live service removes them itself when it sees this process end). The kernel signals
+        # when the parent's *thread* that started this process exits, which in a server being killed can come
+        # a moment before its other threads are gone and this process is re-parented: wait for that, briefly.
+        deadline = time.monotonic() + SIGTERM_ORPHAN_WAIT_S
+        while not self.orphaned and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.die(signal.SIGTERM)
+
+    def die(self, signum: int = signal.SIGKILL) -> None:
+        """Exit now, from any thread, without running any more of the learn step: so without publishing."""
+        if self.orphaned and self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        if signum == signal.SIGTERM:  # only the handler passes it, and handlers run in the main thread
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # ends with the signal as its status, as a kill from outside would
+        os._exit(128 + signum)  # not reached: the default action of both signals ends the process
+
+    def guard_publish(self) -> None:
+        """Refuse the publish (``write_manifest``: the commit point of ``SkillBank.learn``) once orphaned."""
+        import skillbank.memory.bank as bank_module
+        write = bank_module.write_manifest
+
+        def guarded(root, manifest):
+            if self.orphaned:
+                self.die()
+            return write(root, manifest)
+
+        bank_module.write_manifest = guarded
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bank", type=Path, required=True)
@@ -63,7 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train", default="{}", help="TrainConfig as JSON")
     ap.add_argument("--skills", default=None, help="the family's skill ids as a JSON list (default: those used)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--parent-pid", type=int, default=None,
+                    help="end (without publishing) when this process, the service, is gone")
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="the job's private directory, removed if the service dies first")
     args = ap.parse_args(argv)
+    watch = None
+    if args.parent_pid is not None:
+        watch = ParentWatch(args.parent_pid, args.workdir)
+        watch.start()
 
     from skillbank.errors import SkillbankError
     try:
@@ -81,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         manifest = read_manifest(args.bank)
         bank = SkillBank.open(args.bank, base_config=BaseModelConfig(name=manifest.base["name"], threads=args.threads))
         tqdm.auto.tqdm = _progress_bar(args.status)
+        if watch is not None:
+            watch.guard_publish()
         entry = bank.learn(args.family, records, cfg, skills=skills, progress=True)
         t = entry.training
         write_status(args.status, state="published", shard=entry.dir, skills=len(entry.skills),
