@@ -56,7 +56,9 @@ def metric_sum(text: str, name: str) -> float:
 def start_server(bank: Path, port: int, args, batching: bool) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "skillbank", "serve", str(bank), "--port", str(port), "--log-level", "warning",
            "--max-new-tokens", str(args.max_new_tokens), "--max-batch", str(args.max_batch),
-           "--batch-window-ms", str(args.window_ms), "--queue-size", "1024", "--timeout-s", "1800"]
+           "--batch-window-ms", str(args.window_ms), "--queue-size", "1024", "--timeout-s", "1800",
+           # every request generated: the load test measures generation, not how many the scope check refuses
+           "--no-scope"]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     if not batching:

@@ -53,10 +53,16 @@ def test_plan_one_and_many_match_the_bank(client, small_stream):
     assert abs(sum(p["probabilities"].values()) - 1) < 1e-6
     assert p["valid"] == (p["graph"] is not None) == (p["error"] is None)
     assert set(p["timings"]) == {"queue_ms", "route_ms", "generate_ms", "total_ms"} and p["timings"]["total_ms"] > 0
+    assert (p["out_of_scope"], p["reason"]) == (False, None)
+    conf = p["confidence"]
+    assert set(conf) == {"route", "scope_margin", "executor_logprob"}
+    assert conf["route"] == round(p["probabilities"][p["shard"]], 4) and conf["scope_margin"] >= 0
+    assert conf["executor_logprob"] <= 0
     # the service answers exactly what the library does for the same request
     [ref] = svc.snapshot.bank.plan([reqs[0]], max_new_tokens=MAX_NEW)
-    assert (p["shard"], p["raw"], p["probabilities"], p["graph"], p["error"]) == \
-        (ref.shard, ref.raw, ref.probabilities, ref.graph, ref.error)
+    assert (p["shard"], p["raw"], p["probabilities"], p["graph"], p["error"], p["out_of_scope"]) == \
+        (ref.shard, ref.raw, ref.probabilities, ref.graph, ref.error, ref.out_of_scope)
+    assert conf == pytest.approx(ref.confidence, abs=1e-3)
 
     many = client.post("/v1/plan", json={"request": reqs})
     plans = many.json()["plans"]
@@ -65,6 +71,8 @@ def test_plan_one_and_many_match_the_bank(client, small_stream):
     assert [q["shard"] for q in plans] == routed
     forced = client.post("/v1/plan", json={"request": reqs[:2], "shard": k2}).json()["plans"]
     assert [(q["shard"], q["routed"], q["probabilities"]) for q in forced] == [(k2, False, {k2: 1.0})] * 2
+    assert [q["confidence"]["route"] for q in forced] == [1.0, 1.0]
+    assert [q["confidence"]["scope_margin"] for q in forced] == [None, None]  # a forced shard is not checked
 
 
 def test_mixed_shard_batch_equals_one_shard_at_a_time(client, small_stream):
@@ -149,6 +157,13 @@ def test_models_shards_health_metrics_openapi(client, small_stream):
     plan_op = schema["paths"]["/v1/plan"]["post"]
     assert {"200", "413", "422", "429"} <= set(plan_op["responses"])
     assert "application/x-ndjson" in schema["paths"]["/v1/families"]["post"]["requestBody"]["content"]
+    plan_result = schema["components"]["schemas"]["PlanResult"]["properties"]
+    assert {"out_of_scope", "reason", "confidence"} <= set(plan_result)
+    assert "out_of_scope" in plan_op["description"]
+    chat_op = schema["paths"]["/v1/chat/completions"]["post"]
+    assert "tool_calls" in chat_op["description"] and "skillbank.links" in chat_op["description"]
+    assert "tool_calls" in schema["components"]["schemas"]["ChatChoiceMessage"]["properties"]
+    assert {"tools", "tool_choice", "skillbank"} <= set(schema["components"]["schemas"]["ChatRequest"]["properties"])
     page = client.get("/")
     assert page.status_code == 200 and 'id="graph"' in page.text and 'id="prob-chart"' in page.text
 
@@ -167,7 +182,8 @@ def test_bad_input_gets_clear_errors(client, small_stream):
     assert_error(post("/v1/plan", json={"request": ["a"] * 65}), 413, "65, the limit is 64")
     assert_error(post("/v1/plan", content=b"x" * 2_000_000, headers={"content-type": "application/json"}),
                  413, "over the limit")
-    assert_error(post("/v1/plan", json={"request": "9 " * 1990}), 413, "exceed the base model's context")
+    # forced: "9 9 9 ..." has no words, so a routed one is out of scope and never tokenized
+    assert_error(post("/v1/plan", json={"request": "9 " * 1990, "shard": k1}), 413, "exceed the base model's context")
     assert_error(post("/v1/plan", json={"request": "x", "shard": "../../etc"}), 404, "unknown shard '../../etc'")
     assert_error(post("/v1/plan", json={"request": "x", "max_new_tokens": 0}), 422, "max_new_tokens")
     assert_error(client.get("/v1/nothing"), 404, "no such endpoint")
@@ -220,7 +236,8 @@ def test_full_queue_answers_429_with_retry_after(bank_dir, tiny_model_dir):
         svc = service_of(app)
         gate = Gate(svc.engine)
         first = {}
-        t = threading.Thread(target=lambda: first.update(r=c.post("/v1/plan", json={"request": ["a b", "c d"]})))
+        # in-scope requests: an out-of-scope one would never reach the engine (nor hold the gate)
+        t = threading.Thread(target=lambda: first.update(r=c.post("/v1/plan", json={"request": ["book a table"] * 2})))
         t.start()
         gate.wait_entered()
         r = c.post("/v1/plan", json={"request": "book a table"})
@@ -239,7 +256,7 @@ def test_timeout_is_a_504_and_spares_the_rest(bank_dir, tiny_model_dir):
     with TestClient(app) as c:
         gate = Gate(service_of(app).engine)
         r = {}
-        t = threading.Thread(target=lambda: r.update(a=c.post("/v1/plan", json={"request": "slow one"})))
+        t = threading.Thread(target=lambda: r.update(a=c.post("/v1/plan", json={"request": "book a table"})))
         t.start()
         gate.wait_entered()
         t.join(30)
@@ -520,3 +537,190 @@ def test_docs_load_offline(client):
     for u in urls:
         assert client.get(u).status_code == 200, u
     assert "https://" not in page.text
+
+
+OFF_DOMAIN = ["what is the capital of France?", "asdf"]
+
+
+def test_out_of_scope_is_answered_without_generating(client, small_stream, monkeypatch):
+    """A routed request no learned family covers gets no plan: shard and graph null, the reason, the same
+    verdict and confidence as the library, and it never reaches the queue; a forced shard is not checked."""
+    k1, k2 = small_stream.family_keys[:2]
+    svc = service_of(client.app)
+    queued = []
+    submit = svc.batcher.submit
+    monkeypatch.setattr(svc.batcher, "submit", lambda jobs: (queued.extend(j.request for j in jobs), submit(jobs))[1])
+    inside = requests_of(small_stream, k1)[0]
+    reqs = [OFF_DOMAIN[0], inside, OFF_DOMAIN[1]]
+    plans = client.post("/v1/plan", json={"request": reqs}).json()["plans"]
+    assert queued == [inside]  # only the in-scope request was queued
+    refs = svc.snapshot.bank.plan(reqs, max_new_tokens=MAX_NEW)
+    for p, ref in zip(plans, refs):
+        assert (p["shard"], p["out_of_scope"], p["reason"]) == (ref.shard, ref.out_of_scope, ref.reason)
+        assert p["confidence"] == pytest.approx(ref.confidence, abs=1e-3)
+    for p in (plans[0], plans[2]):
+        assert p["out_of_scope"] is True and p["shard"] is None and p["routed"] is True
+        assert (p["valid"], p["graph"], p["error"], p["raw"], p["tokens"], p["batch_size"]) == (False, None, None, "", 0, 0)
+        assert "no learned skill family covers this request" in p["reason"]
+        assert p["confidence"]["scope_margin"] < 0 and p["confidence"]["executor_logprob"] is None
+        assert set(p["probabilities"]) == {k1, k2}
+        assert p["confidence"]["route"] == round(max(p["probabilities"].values()), 4)
+    assert plans[1]["out_of_scope"] is False and plans[1]["shard"] == k1 and plans[1]["batch_size"] == 1
+    # all out of scope: answered without the engine at all
+    queued.clear()
+    alone = client.post("/v1/plan", json={"request": OFF_DOMAIN[0]}).json()["plans"][0]
+    assert alone["out_of_scope"] and queued == []
+    # a forced shard plans it anyway
+    forced = client.post("/v1/plan", json={"request": OFF_DOMAIN[0], "shard": k2}).json()["plans"][0]
+    assert (forced["shard"], forced["out_of_scope"], forced["confidence"]["scope_margin"]) == (k2, False, None)
+    assert queued == [OFF_DOMAIN[0]]
+    metrics = client.get("/metrics").text
+    assert 'skillbank_out_of_scope_total{closest="' in metrics
+
+    # chat: a plain assistant message with the reason, in text and in tool_calls form alike
+    for extra in ({}, {"tools": [{"type": "function", "function": {"name": "x", "parameters": {}}}]}):
+        body = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": OFF_DOMAIN[0]}],
+                                                         **extra}).json()
+        [choice] = body["choices"]
+        assert choice["finish_reason"] == "stop" and choice["message"]["tool_calls"] is None
+        assert choice["message"]["content"].startswith("No skill in this bank covers that request")
+        assert plans[0]["reason"] in choice["message"]["content"]
+        assert body["model"] == "skillbank" and body["usage"]["total_tokens"] == 0
+        info = body["skillbank"]
+        assert (info["out_of_scope"], info["shard"], info["valid"], info["links"]) == (True, None, False, None)
+        assert info["reason"] == plans[0]["reason"] and info["confidence"]["scope_margin"] < 0
+
+
+def test_scope_check_can_be_turned_off(bank_dir, tiny_model_dir, monkeypatch):
+    """--no-scope reaches the config, and a service without the check plans every request."""
+    from typer.testing import CliRunner
+
+    import skillbank.serve.app as app_mod
+    from skillbank.cli import app as cli
+
+    seen = {}
+
+    def fake_create_app(bank, cfg):
+        seen["cfg"] = cfg
+        return object()
+    monkeypatch.setattr(app_mod, "create_app", fake_create_app)
+    monkeypatch.setattr("uvicorn.run", lambda *a, **k: None)
+    for args, expected in (([], True), (["--no-scope"], False)):
+        res = CliRunner().invoke(cli, ["serve", str(bank_dir), *args])
+        assert res.exit_code == 0, res.output
+        assert seen["cfg"].scope is expected
+
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, scope=False), base=fresh_base(tiny_model_dir))
+    with TestClient(app) as c:
+        p = c.post("/v1/plan", json={"request": OFF_DOMAIN[0]}).json()["plans"][0]
+        assert p["shard"] is not None and p["out_of_scope"] is False and p["tokens"] > 0
+        assert p["confidence"]["scope_margin"] is None
+
+
+def chain_graph(skills) -> dict:
+    a, b, c = skills[:3]
+    return {"task_nodes": [
+        {"task": a, "arguments": [{"name": "city", "value": "Lisbon"}]},
+        {"task": b, "arguments": [{"name": "input", "value": "<node-0>"}, {"name": "when", "value": "Friday"}]},
+        {"task": c, "arguments": [{"name": "input", "value": "<node-1>"}]}],
+        "task_links": [{"source": a, "target": b}, {"source": b, "target": c}]}
+
+
+def test_chat_answers_in_tool_calls_form(client, small_stream, monkeypatch):
+    """tools / tool_choice / skillbank.format ask for OpenAI tool_calls: one call per node, arguments as JSON
+    text, <node-j> kept, links in skillbank.links; an invalid graph is a text message with the reason."""
+    from skillbank.graph import parse_graph
+    from skillbank.serve import engine as engine_mod
+
+    k1 = small_stream.family_keys[0]
+    req = requests_of(small_stream, k1)[0]
+    chat = {"model": k1, "messages": [{"role": "user", "content": req}]}
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+
+    # the tiny model writes no valid graph: an invalid plan in tool_calls form is text with the reason
+    body = client.post("/v1/chat/completions", json={**chat, "tools": tools}).json()
+    message = body["choices"][0]["message"]
+    assert message["tool_calls"] is None and message["content"].startswith("No plan: ")
+    assert body["skillbank"]["error"] in message["content"] and body["skillbank"]["links"] is None
+    assert body["choices"][0]["finish_reason"] in ("stop", "length")
+
+    # whatever it writes, read it as a three-node chain of the shard's skills
+    monkeypatch.setattr(engine_mod, "parse_output", lambda text, entry, *_: parse_graph(json.dumps(chain_graph(entry.skills))))
+    a, b, c = client.get("/v1/shards").json()["shards"][0]["skills"][:3]
+    a, b, c = a["id"], b["id"], c["id"]
+    expected_calls = [
+        {"id": "call_0", "type": "function", "function": {"name": a, "arguments": '{"city": "Lisbon"}'}},
+        {"id": "call_1", "type": "function",
+         "function": {"name": b, "arguments": '{"input": "<node-0>", "when": "Friday"}'}},
+        {"id": "call_2", "type": "function", "function": {"name": c, "arguments": '{"input": "<node-1>"}'}}]
+    asks = [{"tools": tools}, {"tool_choice": "auto"}, {"tool_choice": "required"},
+            {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+            {"skillbank": {"format": "tool_calls"}}, {"tools": tools, "tool_choice": "none",
+                                                      "skillbank": {"format": "tool_calls"}}]
+    for ask in asks:
+        resp = client.post("/v1/chat/completions", json={**chat, **ask})
+        assert resp.status_code == 200, (ask, resp.text)
+        body = resp.json()
+        [choice] = body["choices"]
+        assert choice == {"index": 0, "finish_reason": "tool_calls",
+                          "message": {"role": "assistant", "content": None, "tool_calls": expected_calls}}, ask
+        assert body["skillbank"]["links"] == [{"source": a, "target": b}, {"source": b, "target": c}]
+        assert body["skillbank"]["valid"] and not body["skillbank"]["out_of_scope"] and body["model"] == k1
+    # without asking (or asking for text) the graph is JSON text, as before
+    for ask in ({}, {"tools": tools, "tool_choice": "none"}, {"tools": tools, "skillbank": {"format": "text"}}):
+        body = client.post("/v1/chat/completions", json={**chat, **ask}).json()
+        [choice] = body["choices"]
+        assert choice["message"]["tool_calls"] is None, ask
+        graph = json.loads(choice["message"]["content"])
+        assert [n["task"] for n in graph["task_nodes"]] == [a, b, c]
+    assert_error(client.post("/v1/chat/completions", json={**chat, "skillbank": {"format": "xml"}}), 422, "format")
+    assert_error(client.post("/v1/chat/completions", json={**chat, "tools": "all"}), 422, "tools")
+
+
+def test_tool_calls_parse_with_the_openai_client_types(client, small_stream, monkeypatch):
+    """What an OpenAI SDK user gets: the response validates as the openai package's ChatCompletion type."""
+    openai_types = pytest.importorskip("openai.types.chat", reason="the openai package is not installed")
+    from skillbank.graph import parse_graph
+    from skillbank.serve import engine as engine_mod
+
+    k1 = small_stream.family_keys[0]
+    monkeypatch.setattr(engine_mod, "parse_output", lambda text, entry, *_: parse_graph(json.dumps(chain_graph(entry.skills))))
+    a, b, c = [s["id"] for s in client.get("/v1/shards").json()["shards"][0]["skills"][:3]]
+    chat = {"model": k1, "messages": [{"role": "user", "content": requests_of(small_stream, k1)[0]}]}
+    body = client.post("/v1/chat/completions", json={**chat, "tool_choice": "auto"}).json()
+    parsed = openai_types.ChatCompletion.model_validate(body)
+    calls = parsed.choices[0].message.tool_calls
+    assert [(t.id, t.function.name, json.loads(t.function.arguments)) for t in calls] == [
+        ("call_0", a, {"city": "Lisbon"}), ("call_1", b, {"input": "<node-0>", "when": "Friday"}),
+        ("call_2", c, {"input": "<node-1>"})]
+    assert parsed.choices[0].finish_reason == "tool_calls"
+
+
+def test_lazy_shards_in_the_service(bank_dir, tiny_model_dir, small_stream, tmp_path):
+    """Shards load on first use, max_resident bounds them, and a shard broken after startup fails only its
+    own requests, naming it."""
+    from serve_helpers import copy_bank
+    k1, k2 = small_stream.family_keys[:2]
+    reqs = requests_of(small_stream, k1)[:2]
+    with TestClient(create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, batch_window_ms=5),
+                               base=fresh_base(tiny_model_dir)), raise_server_exceptions=False) as c:
+        want = {k: c.post("/v1/plan", json={"request": reqs, "shard": k}).json() for k in (k1, k2)}
+    bank = copy_bank(bank_dir, tmp_path / "bank")
+    app = create_app(bank, ServeConfig(max_new_tokens=MAX_NEW, batch_window_ms=5, max_resident=1),
+                     base=fresh_base(tiny_model_dir))
+    execution = service_of(app).snapshot.bank.execution
+    assert execution.resident == {}  # nothing loaded at startup
+    with TestClient(app, raise_server_exceptions=False) as c:
+        for k in (k1, k2, k1, k2):
+            got = c.post("/v1/plan", json={"request": reqs, "shard": k}).json()
+            assert [p["raw"] for p in got["plans"]] == [p["raw"] for p in want[k]["plans"]]
+            assert list(execution.resident) == [k]
+        assert execution.loads == 4
+        # break k1 on disk: it is evicted now (k2 was used last), so its next load finds the damage
+        entry = next(e for e in service_of(app).snapshot.manifest.shards if e.name == k1)
+        weights = bank / entry.dir / "adapter_model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:-4] + b"\0\0\0\0")
+        assert_error(c.post("/v1/plan", json={"request": reqs[0], "shard": k1}), 500,
+                     f"shard '{k1}'")
+        ok = c.post("/v1/plan", json={"request": reqs[0], "shard": k2})
+        assert ok.status_code == 200 and ok.json()["plans"][0]["shard"] == k2

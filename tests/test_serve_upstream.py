@@ -32,6 +32,9 @@ def test_upstream_mode_routes_here_and_generates_there(bank_dir, small_stream):
             plans = c.post("/v1/plan", json={"request": reqs}).json()["plans"]
             shards, _ = svc.snapshot.route(reqs)
             assert [p["shard"] for p in plans] == shards
+            # the upstream does not report log-probabilities; routing and scope are known here
+            assert all(p["confidence"]["executor_logprob"] is None and p["confidence"]["scope_margin"] >= 0
+                       and not p["out_of_scope"] for p in plans)
             for req, p in zip(reqs, plans):
                 # what the upstream generates for that request when the routed shard is forced
                 direct = httpx.post(upstream + "/v1/plan", json={"request": req, "shard": p["shard"]},
@@ -57,6 +60,43 @@ def test_upstream_down_is_a_502(bank_dir):
         assert r.status_code == 502 and "unreachable" in r.json()["error"]["message"]
         assert json.loads(r.text)["error"]["type"] == "upstream_error"
         assert c.get("/healthz").json()["status"] == "ok"
+
+
+def test_out_of_scope_is_answered_before_the_upstream(bank_dir, small_stream):
+    """The scope check runs in the front, before the engine: with the upstream down, an out-of-scope request is
+    still answered (and counted), an in-scope one is a 502."""
+    front = create_app(bank_dir, ServeConfig(upstream=f"http://127.0.0.1:{free_port()}", max_new_tokens=MAX_NEW))
+    off = "what is the capital of France?"
+    with TestClient(front) as c:
+        [p] = c.post("/v1/plan", json={"request": off}).json()["plans"]
+        assert (p["out_of_scope"], p["shard"], p["graph"], p["valid"]) == (True, None, None, False)
+        assert "no learned skill family covers this request" in p["reason"] and p["confidence"]["scope_margin"] < 0
+        chat = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": off}]})
+        assert chat.status_code == 200 and chat.json()["skillbank"]["out_of_scope"] is True
+        assert chat.json()["choices"][0]["message"]["content"].startswith("No skill in this bank covers")
+        inside = small_stream.test[small_stream.family_keys[0]][0].request
+        assert c.post("/v1/plan", json={"request": [off, inside]}).status_code == 502
+        assert 'skillbank_out_of_scope_total{closest="' in c.get("/metrics").text
+
+
+def test_snapshots_keep_the_scope_statistics(tmp_path, tiny_model_dir, small_stream):
+    """A snapshot opened without the model (upstream mode), and one picked up after a learn, can tell out of
+    scope: the scope statistics travel with the Address Memory."""
+    from serve_helpers import CFG, fresh_base
+
+    from skillbank.memory.bank import SkillBank
+    from skillbank.serve.state import newer_snapshot, open_snapshot
+
+    k1, k2 = small_stream.family_keys[:2]
+    bank = build_bank(tmp_path / "bank", tiny_model_dir, small_stream, [k1])
+    off, inside = "what is the capital of France?", small_stream.test[k1][0].request
+    snap = open_snapshot(bank, load_model=False)
+    assert [v.in_scope for v in snap.bank.check_scope([off, inside])] == [False, True]
+    SkillBank.open(bank, base=fresh_base(tiny_model_dir)).learn(k2, small_stream.train[k2], CFG,
+                                                                 catalog=small_stream.catalog, progress=False)
+    new = newer_snapshot(snap)
+    assert new.shard_names == [k1, k2] and sorted(new.bank.scope.classes_) == [k1, k2]
+    assert [v.in_scope for v in new.bank.check_scope([off, small_stream.test[k2][0].request])] == [False, True]
 
 
 def test_learning_in_upstream_mode_loads_the_new_shard_upstream(tmp_path, bank_dir, small_stream):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from skillbank.errors import BankError
 from skillbank.graph import ParseResult, parse_graph
 from skillbank.memory.bank import ShardEntry
 from skillbank.model.prompts import USER_TEMPLATE, prompt_ids, render_prompt
@@ -61,6 +62,7 @@ class Output:
     started: float  # perf_counter when it joined the batch
     generate_s: float
     batch_size: int  # rows decoding together when it joined
+    mean_logprob: float | None = None  # the executor's mean token log-probability; None when unknown (upstream)
 
 
 def parse_output(text: str, entry: ShardEntry, stopped: bool = True, reason: str | None = None) -> ParseResult:
@@ -139,6 +141,24 @@ class LocalEngine:
             matchers = [cache.matcher(j.grammar) if j.grammar is not None else None for j in jobs]
         batch.add(prompts, [id(j) for j in jobs], [j.shard for j in jobs], [j.max_new_tokens for j in jobs], matchers)
 
+    def _load_shards(self, fresh: list, rows: dict) -> list:
+        """Shards load on first use and may be evicted under ``max_resident``: load the new jobs' shards,
+        never evicting one that rows still in the batch decode with (so a batch needing more distinct shards
+        than ``max_resident`` holds them all until its rows finish). A shard that cannot load (deleted or
+        corrupted after the bank was opened) fails its own jobs with the reason; the others go on."""
+        needed = list(dict.fromkeys(j.shard for j, _ in fresh))
+        pinned = [job.shard for job, *_ in rows.values()]
+        broken: dict[str, BaseException] = {}
+        for shard in needed:
+            try:
+                self.execution.ensure_resident([shard], pinned=pinned + needed)
+            except BankError as exc:
+                broken[shard] = exc
+        for job, deliver in fresh:
+            if job.shard in broken:
+                deliver(job, None, broken[job.shard])
+        return [(j, d) for j, d in fresh if j.shard not in broken]
+
     def _loop(self) -> None:
         base = self.execution.base
         batch: RowBatch | None = None
@@ -163,7 +183,7 @@ class LocalEngine:
                 for job, deliver in new:
                     if job.cancelled:
                         deliver(job, None, None)
-                fresh = [(j, d) for j, d in new if not j.cancelled]
+                fresh = self._load_shards([(j, d) for j, d in new if not j.cancelled], rows)
                 if fresh:
                     if batch is None:
                         batch = RowBatch(base.peft, self.tokenizer, base, reuse_prefixes=self.reuse_prefixes)
@@ -176,7 +196,8 @@ class LocalEngine:
                         job, deliver, joined, size = rows.pop(row.key)
                         out = None if decoded is None else Output(
                             decoded.text, parse_output(decoded.text, job.entry, decoded.stopped, decoded.reason),
-                            decoded.n_tokens, decoded.stopped, joined, time.perf_counter() - joined, size)
+                            decoded.n_tokens, decoded.stopped, joined, time.perf_counter() - joined, size,
+                            decoded.mean_logprob)
                         deliver(job, out, None)
             except Exception as exc:  # noqa: BLE001 - fails the rows of this batch only; the loop goes on
                 for job, deliver in new:

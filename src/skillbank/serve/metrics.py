@@ -37,6 +37,10 @@ class Metrics:
         self.errors = Counter("skillbank_errors", "Requests answered with an error, by kind", ["kind"], registry=r)
         self.plans = Counter("skillbank_plans", "Plans generated, by shard and validity", ["shard", "valid"],
                              registry=r)
+        # Labelled by the family that explained the request best: a family whose near-misses pile up here is
+        # one whose users ask for skills it lacks.
+        self.out_of_scope = Counter("skillbank_out_of_scope", "Routed requests refused as out of scope (not "
+                                    "generated), by the closest family", ["closest"], registry=r)
         self.route_seconds = Histogram("skillbank_route_seconds", "Address Memory routing time per request",
                                        buckets=ROUTE_BUCKETS, registry=r)
         self.queue_seconds = Histogram("skillbank_queue_seconds", "Time a request waited before its batch started",

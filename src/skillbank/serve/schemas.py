@@ -36,16 +36,34 @@ class Timings(BaseModel):
     total_ms: float = Field(description="from arrival to answer")
 
 
+class Confidence(BaseModel):
+    route: float = Field(description="Address Memory p(shard | request) of the routed shard (of the closest one when "
+                                     "out of scope); 1 when the shard was forced")
+    scope_margin: Optional[float] = Field(description="out-of-scope score minus its threshold: below 0 no learned "
+                                                      "family covers the request; null when not checked (shard "
+                                                      "forced, check off, or a bank without scope statistics) "
+                                                      "or when the request has no words to score")
+    executor_logprob: Optional[float] = Field(description="the executor's mean token log-probability of its output "
+                                                          "(<= 0); null when nothing was generated, or in upstream "
+                                                          "mode (the upstream does not report it)")
+
+
 class PlanResult(BaseModel):
     request: str
-    shard: str = Field(description="the shard that generated the graph")
+    shard: Optional[str] = Field(description="the shard that generated the graph; null when out of scope")
     routed: bool = Field(description="False when the shard was forced")
     probabilities: dict[str, float] = Field(description="Address Memory p(shard | request); {shard: 1} when forced")
+    out_of_scope: bool = Field(False, description="no learned family covers the request: nothing was generated "
+                                                  "(shard, graph null; valid false) and `reason` says why")
+    reason: Optional[str] = Field(None, description="why the request is out of scope; null otherwise")
+    confidence: Confidence
     valid: bool
     constrained: bool = Field(False, description="decoded under a grammar (the shard's, or the client's "
                                                  "structured_outputs): only its skills and declared arguments")
-    graph: Optional[dict[str, Any]] = Field(description="canonical task graph {task_nodes, task_links}; null when invalid")
-    error: Optional[str] = Field(description="why the output is not a valid graph; null when valid")
+    graph: Optional[dict[str, Any]] = Field(description="canonical task graph {task_nodes, task_links}; null when "
+                                                        "invalid or out of scope")
+    error: Optional[str] = Field(description="why the generated output is not a valid graph; null when valid or "
+                                             "out of scope (see reason)")
     raw: str = Field(description="the executor's text as generated")
     tokens: int = Field(description="tokens generated")
     truncated: bool = Field(description="generation did not stop: it hit the token cap (or a grammar dead end)")
@@ -65,9 +83,23 @@ class ChatMessage(BaseModel):
     content: Union[str, list[dict[str, Any]], None] = None
 
 
+class ChatOptions(BaseModel):
+    """skillbank's own extension of a chat completion request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Optional[Literal["text", "tool_calls"]] = Field(
+        None, description='"tool_calls": answer in OpenAI tool_calls form; "text": the graph as JSON text in '
+                          "message.content; default: tool_calls when the request has tools or tool_choice")
+
+
 class ChatRequest(BaseModel):
     """OpenAI chat completion request. The last user message is the request; sampling settings are accepted
-    and ignored (decoding is greedy: a plan should not depend on luck)."""
+    and ignored (decoding is greedy: a plan should not depend on luck).
+
+    The answer is the task graph as JSON text in ``message.content``, or - when the request carries ``tools``
+    or ``tool_choice`` (other than "none"), as OpenAI function-calling clients send, or
+    ``"skillbank": {"format": "tool_calls"}`` - OpenAI ``tool_calls``: one call per node (see ChatChoiceMessage)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -77,17 +109,40 @@ class ChatRequest(BaseModel):
     max_completion_tokens: Optional[int] = Field(None, ge=1)
     n: int = Field(1, ge=1)
     stream: bool = False
+    tools: Optional[list[dict[str, Any]]] = Field(
+        None, description="OpenAI function tools. Their presence asks for the tool_calls form; the plan's calls are "
+                          "the routed shard's own skills whatever the list names")
+    tool_choice: Union[str, dict[str, Any], None] = Field(
+        None, description='asks for the tool_calls form, except "none" (then the graph is JSON text)')
+    skillbank: Optional[ChatOptions] = Field(None, description="skillbank's own options; format overrides "
+                                                               "tools/tool_choice")
+
+
+class ToolCallFunction(BaseModel):
+    name: str = Field(description="the node's skill id, as the bank names it (it may contain '::')")
+    arguments: str = Field(description='JSON object text {argument name: value}; a value "<node-j>" is the output '
+                                       "of call_j, kept verbatim")
+
+
+class ToolCall(BaseModel):
+    id: str = Field(description="call_<n>, n the node's 0-based index in the graph: <node-n> names its output")
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
 
 
 class ChatChoiceMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: Optional[str] = Field(description="the graph as JSON text (text form); null in tool_calls form; the "
+                                               "reason when out of scope (or, in tool_calls form, when the output "
+                                               "is not a valid graph)")
+    tool_calls: Optional[list[ToolCall]] = Field(None, description="tool_calls form: one call per node, in the "
+                                                                   "graph's order; the links are in skillbank.links")
 
 
 class ChatChoice(BaseModel):
     index: int
     message: ChatChoiceMessage
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "tool_calls"]
 
 
 class Usage(BaseModel):
@@ -100,10 +155,13 @@ class ChatResponse(BaseModel):
     id: str
     object: Literal["chat.completion"] = "chat.completion"
     created: int
-    model: str = Field(description="the shard that generated the answer")
+    model: str = Field(description='the shard that generated the answer; "skillbank" when out of scope')
     choices: list[ChatChoice]
     usage: Usage
-    skillbank: dict[str, Any] = Field(description="routing details: shard, probabilities, valid, error")
+    skillbank: dict[str, Any] = Field(
+        description="routing details: shard, routed, probabilities, valid, error, out_of_scope, reason, confidence "
+                    "{route, scope_margin, executor_logprob}, timings, and links: the graph's task_links [{source, target}] "
+                    "between skill ids (null without a valid graph) - the tool_calls form's dependencies")
 
 
 # -- models, shards, health ---------------------------------------------------------------------------

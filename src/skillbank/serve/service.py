@@ -6,11 +6,13 @@ import asyncio
 import hmac
 import logging
 import time
+from dataclasses import dataclass
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from skillbank.errors import SkillbankError
+from skillbank.memory.bank import ScopeVerdict
 from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS
 from skillbank.serve import schemas as S
 from skillbank.serve.batcher import Batcher, QueueFull
@@ -45,6 +47,31 @@ def error_response(status: int, message: str, param: str | None = None, headers:
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+@dataclass
+class Planned:
+    """One request's way through :meth:`Service.plan`: generated (``job`` and ``out``), or refused as out of
+    scope (both None: it was never queued)."""
+
+    request: str
+    shard: str  # routed (or forced) shard; for a refused request the one routing would have picked
+    probabilities: dict[str, float]
+    route_s: float
+    verdict: ScopeVerdict | None  # None when the scope was not checked (forced shard, or scope off)
+    job: Job | None = None
+    out: Output | None = None
+
+    @property
+    def out_of_scope(self) -> bool:
+        return self.verdict is not None and self.verdict.in_scope is False
+
+    def confidence(self) -> dict:
+        v = self.verdict
+        return {"route": round(self.probabilities[self.shard], 4),
+                "scope_margin": round(v.score - v.threshold, 3) if v is not None and v.score is not None else None,
+                "executor_logprob": round(self.out.mean_logprob, 4)
+                if self.out is not None and self.out.mean_logprob is not None else None}
+
+
 class Service:
     """The state behind the app: the served snapshot, the engine, the batcher, learn jobs, metrics."""
 
@@ -61,6 +88,15 @@ class Service:
         self.learner = LearnManager(snapshot.bank.root, threads=config.learn_threads, on_finished=self.reload,
                                     metrics=self.metrics)
         self.started = int(time.time())
+        self._warn_if_scope_unknown(snapshot)
+
+    def _warn_if_scope_unknown(self, snap: Snapshot) -> None:
+        """Out-of-scope checking is on but this bank cannot do it: say so once, rather than plan everything quietly."""
+        if not self.config.scope or not snap.shard_names:
+            return
+        [verdict] = snap.bank.check_scope(["probe"])
+        if verdict.in_scope is None:
+            log.warning("out-of-scope requests will be planned anyway: %s", verdict.reason)
 
     @property
     def mode(self) -> str:
@@ -92,6 +128,7 @@ class Service:
                 await self.engine.load_adapter(entry.name, new.bank.root / entry.dir, self.config.admin_token)
         self.snapshot = new  # one assignment: requests already accepted keep the snapshot they were routed with
         self.metrics.shards.set(len(new.shard_names))
+        self._warn_if_scope_unknown(new)
         added = [s for s in new.shard_names if s not in current.shard_names]
         log.info("serving %d shards (added %s)", len(new.shard_names), ", ".join(added))
         return added
@@ -104,9 +141,11 @@ class Service:
 
     # -- the one planning path of /v1/plan and /v1/chat/completions --------------------------------
     async def plan(self, requests: list[str], *, shard: str | None, max_new_tokens: int | None,
-                   http: Request | None, param: str = "request", grammar=None) -> list[tuple[Job, Output]]:
-        """Route (or force ``shard``) and generate. Each job follows its shard's grammar when the service
-        constrains decoding, or ``grammar`` when the client sent one (``structured_outputs``)."""
+                   http: Request | None, param: str = "request", grammar=None) -> list[Planned]:
+        """Route (or force ``shard``), check the scope, and generate. A routed request no learned family covers
+        is refused here - before the engine, local or upstream - and never queued. Each job follows its shard's
+        grammar when the service constrains decoding, or ``grammar`` when the client sent one
+        (``structured_outputs``)."""
         cfg, snap = self.config, self.snapshot
         if not snap.shard_names:
             raise ServiceError(409, f"the bank {snap.bank.root.name} has no shards yet; learn a family first")
@@ -135,10 +174,13 @@ class Service:
             if shard not in snap.shard_names:
                 raise ServiceError(404, f"unknown shard {shard!r}; this bank has {snap.shard_names}", param="shard")
             names, probs = [shard] * len(requests), [{shard: 1.0}] * len(requests)
+            verdicts = [None] * len(requests)
         else:
             names, proba = snap.route(requests)
             classes = list(snap.bank.address.classes_)
             probs = [{c: float(p) for c, p in zip(classes, row)} for row in proba]
+            # Word statistics only (no model): cheap enough to run on the event loop, like routing.
+            verdicts = snap.bank.check_scope(requests) if cfg.scope else [None] * len(requests)
         route_s = (time.perf_counter() - t0) / len(requests)
         self.metrics.route_seconds.observe(route_s)
 
@@ -146,8 +188,11 @@ class Service:
         mnt = min(max_new_tokens, cap) if max_new_tokens else cap
         limit = self.engine.context_limit()
         loop = asyncio.get_running_loop()
-        jobs = []
-        for i, (req, name, p) in enumerate(zip(requests, names, probs)):
+        jobs, planned = [], []
+        for i, (req, name, p, verdict) in enumerate(zip(requests, names, probs, verdicts)):
+            planned.append(Planned(req, name, p, route_s, verdict))
+            if planned[-1].out_of_scope:
+                continue
             entry = snap.entry(name)
             n_prompt = self.engine.prompt_tokens(req, entry)
             if limit and n_prompt + mnt > limit:
@@ -155,10 +200,17 @@ class Service:
                 raise ServiceError(413, f"{where} is too long: {n_prompt} prompt tokens + {mnt} generation tokens "
                                         f"exceed the base model's context of {limit} tokens", param=where)
             rule = grammar if grammar is not None else (snap.grammar(name) if cfg.constrain else None)
-            jobs.append(Job(req, name, entry, p, route_s, mnt, loop.create_future(), prompt_tokens=n_prompt,
-                            grammar=rule))
-        self._admit(lambda: self.batcher.submit(jobs))
-        return list(zip(jobs, await self._wait(jobs, http)))
+            planned[-1].job = Job(req, name, entry, p, route_s, mnt, loop.create_future(), prompt_tokens=n_prompt,
+                                  grammar=rule)
+            jobs.append(planned[-1].job)
+        for q in planned:
+            if q.out_of_scope:
+                self.metrics.out_of_scope.labels(q.verdict.family or "none").inc()
+        if jobs:
+            self._admit(lambda: self.batcher.submit(jobs))
+            for q, out in zip([q for q in planned if not q.out_of_scope], await self._wait(jobs, http)):
+                q.out = out
+        return planned
 
     def _admit(self, step) -> None:
         """Run a queue step; a full queue is a 429 with Retry-After."""
@@ -213,13 +265,22 @@ class Service:
         gathered.cancel()
         gathered.add_done_callback(lambda f: f.cancelled() or f.exception())  # no "never retrieved" warning
 
-    def plan_result(self, job: Job, out: Output, arrived: float, routed: bool) -> dict:
+    def plan_result(self, planned: Planned, arrived: float, routed: bool) -> dict:
+        if planned.out_of_scope:
+            return {"request": planned.request, "shard": None, "routed": routed,
+                    "probabilities": planned.probabilities, "out_of_scope": True, "reason": planned.verdict.reason,
+                    "confidence": planned.confidence(), "valid": False, "constrained": False, "graph": None,
+                    "error": None, "raw": "", "tokens": 0, "truncated": False, "batch_size": 0,
+                    "timings": {"queue_ms": 0.0, "route_ms": 1000 * planned.route_s, "generate_ms": 0.0,
+                                "total_ms": 1000 * (time.perf_counter() - arrived)}}
+        job, out = planned.job, planned.out
         valid = out.parsed.graph is not None
         self.metrics.plans.labels(job.shard, str(valid).lower()).inc()
         queue_s = max(0.0, out.started - job.enqueued)
         self.metrics.queue_seconds.observe(queue_s)
         self.metrics.generate_seconds.observe(out.generate_s)
         return {"request": job.request, "shard": job.shard, "routed": routed, "probabilities": job.probabilities,
+                "out_of_scope": False, "reason": None, "confidence": planned.confidence(),
                 "valid": valid, "constrained": job.grammar is not None,
                 "graph": out.parsed.graph.canonical().to_dict() if valid else None,
                 "error": None if valid else out.parsed.error, "raw": out.text, "tokens": out.n_tokens,

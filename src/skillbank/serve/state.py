@@ -18,7 +18,7 @@ import numpy as np
 
 from skillbank.errors import BankError, SkillbankError
 from skillbank.memory.address import load_selector
-from skillbank.memory.bank import Manifest, ShardEntry, SkillBank, read_manifest, verify_shards
+from skillbank.memory.bank import Manifest, ShardEntry, SkillBank, load_scope, read_manifest, verify_shards
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,8 @@ def read_catalog(root: Path, entry: ShardEntry) -> dict:
     return {"family": entry.name, "skills": list(entry.skills), "specs": []}
 
 
-def open_snapshot(root: Path, base=None, *, load_model: bool = True, threads: int | None = None) -> Snapshot:
+def open_snapshot(root: Path, base=None, *, load_model: bool = True, threads: int | None = None,
+                  max_resident: int | None = None) -> Snapshot:
     """Open the bank for serving: the full bank (model, shards) or, with ``load_model=False`` (upstream mode),
     only what routing and decoding need: manifest, verified shard digests, Address Memory."""
     if load_model:
@@ -82,12 +83,12 @@ def open_snapshot(root: Path, base=None, *, load_model: bool = True, threads: in
         if base is None:
             from skillbank.model.base import BaseModelConfig
             config = BaseModelConfig(name=read_manifest(root).base["name"], threads=threads)
-        bank = SkillBank.open(root, base=base, base_config=config)
+        bank = SkillBank.open(root, base=base, base_config=config, max_resident=max_resident)
     else:
         manifest = read_manifest(root)
         verify_shards(root, manifest)
         address = load_selector(root / manifest.address_dir) if manifest.address_dir else None
-        bank = SkillBank(root, manifest, None, address)
+        bank = SkillBank(root, manifest, None, address, load_scope(root, manifest))
     return Snapshot(bank, {s.name: read_catalog(root, s) for s in bank.manifest.shards})
 
 
@@ -115,11 +116,12 @@ def newer_snapshot(current: Snapshot) -> Snapshot | None:
     execution = current.bank.execution
     if execution is not None:
         for s in added:
-            if s.name not in execution.shards:  # a failed earlier reload may have attached it already
-                execution.attach(s.name, root / s.dir, s)
+            if s.name not in execution.shards:  # a failed earlier reload may have added it already
+                execution.add(s.name, root / s.dir, s)  # loaded when a request first needs it
     catalogs = dict(current.catalogs)
     catalogs.update({s.name: read_catalog(root, s) for s in added})
-    return Snapshot(SkillBank(root, manifest, execution, address), catalogs, current.version + 1)
+    return Snapshot(SkillBank(root, manifest, execution, address, load_scope(root, manifest)), catalogs,
+                    current.version + 1)
 
 
 __all__ = ["Snapshot", "open_snapshot", "newer_snapshot", "read_catalog", "SkillbankError"]
