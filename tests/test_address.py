@@ -159,3 +159,34 @@ def test_selector_modules_import_without_a_cycle():
     assert not {m for m in imports(root / "address.py") if m.startswith("skillbank.memory.selectors")}
     for kind in SELECTOR_KINDS:
         assert selector_class(kind).kind == kind
+
+
+def test_route_scale_report(tmp_path, small_stream):
+    from skillbank.data.records import Record
+    from skillbank.report.routing_scale import checkpoints, label_records, render_markdown, route_scale, write
+    assert checkpoints(5) == [1, 2, 3, 4, 5]
+    assert checkpoints(1000) == [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
+    keys = small_stream.family_keys
+    hand = [small_stream.test[k][0] for k in keys]
+    cross = small_stream.test[keys[0]][0]  # a record whose skills span two families is left out
+    two = Record("x", keys[0], "two families", cross.graph.__class__.from_dict({"task_nodes": [
+        {"task": small_stream.catalog.family(keys[0]).skills[0], "arguments": []},
+        {"task": small_stream.catalog.family(keys[1]).skills[0], "arguments": []}], "task_links": []}))
+    assert label_records(small_stream, hand + [two])[1] == 1
+    res = route_scale(small_stream, keys, {"nb": HashingNBAddress, "lr": TfidfLogRegAddress},
+                      records={"hand": hand + [two]}, latency_sample=5)
+    nb = res["selectors"]["nb"]
+    assert [p["k"] for p in nb] == [1, 2, 3, 4, 5] and nb[0]["accuracy"] == 1.0
+    assert nb[-1]["n_requests"] == sum(len(small_stream.test[k]) for k in keys)
+    # hand-written records are scored only once every family they need is learned
+    assert "hand" not in nb[0]["records_accuracy"] and nb[-1]["records_n"]["hand"] == len(keys)
+    # batching stages between checkpoints gives the same statistics as stage by stage
+    stepwise = HashingNBAddress()
+    for k in keys:
+        stepwise.partial_fit([r.request for r in small_stream.train[k]], k)
+    batched = HashingNBAddress().partial_fit([r.request for k in keys for r in small_stream.train[k]],
+                                             [k for k in keys for _ in small_stream.train[k]])
+    probe = [r.request for k in keys for r in small_stream.test[k]]
+    np.testing.assert_allclose(stepwise.predict_proba(probe), batched.predict_proba(probe))
+    write([res], tmp_path)
+    assert (tmp_path / "routing_scale.png").stat().st_size > 0 and "| nb | 5 |" in render_markdown([res])

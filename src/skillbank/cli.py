@@ -69,26 +69,43 @@ def pct(x: float | None) -> str:
 @friendly_errors
 def stream_build(
     out_dir: Path = typer.Option(..., "--out", help="Directory to write the stream to."),
-    source: str = typer.Option("builtin", help="'builtin' (offline default) or 'taskbench'."),
+    source: str = typer.Option("builtin", help="'builtin' (offline default), 'synthetic' (procedural, many "
+                                               "families) or 'taskbench'."),
     taskbench_root: Optional[Path] = typer.Option(None, help="TaskBench folder (data_<domain>/ or <domain>/ + sample/)."),
     hub: bool = typer.Option(False, help="Load TaskBench from the Hugging Face hub (microsoft/Taskbench)."),
     seed: int = typer.Option(0, help="Seed for generation and splits."),
     train_per_family: int = typer.Option(1000, help="Training requests per family (at most)."),
     test_per_family: Optional[int] = typer.Option(None, help="Held-out requests per family (builtin default 300; TaskBench: all the rest)."),
+    families: Optional[int] = typer.Option(None, "--families", help="builtin: split the five families into K "
+                                           "finer ones (5..100, default 5); synthetic: K families (1..1050, required)."),
+    structures: Optional[str] = typer.Option(None, help="Comma list of structures to draw (single,chain,dag); every "
+                                             "family must be able to form each. Default: all a family can form."),
 ):
     """Build a benchmark stream directory (catalog, per-family train/test JSONL, orders)."""
-    stream = build_stream(source, taskbench_root, hub, seed, train_per_family, test_per_family)
+    stream = build_stream(source, taskbench_root, hub, seed, train_per_family, test_per_family, families, structures)
     stream.save(out_dir)
     print_stream_summary(stream)
     err.print(f"wrote {out_dir}")
 
 
 def build_stream(source: str, taskbench_root: Optional[Path], hub: bool, seed: int,
-                 train_per_family: int, test_per_family: Optional[int]):
+                 train_per_family: int, test_per_family: Optional[int], families: Optional[int] = None,
+                 structures: Optional[str] = None):
+    wanted = None if structures is None else tuple(s.strip() for s in structures.split(",") if s.strip())
+    if source != "builtin" and source != "synthetic" and (families is not None or wanted is not None):
+        raise typer.BadParameter("--families and --structures apply to --source builtin or synthetic")
     if source == "builtin":
-        from skillbank.data.builtin import build_builtin_stream
+        from skillbank.data.builtin import MIN_FAMILIES, build_builtin_stream
         return build_builtin_stream(seed=seed, train_per_family=train_per_family,
-                                    test_per_family=test_per_family or 300)
+                                    test_per_family=test_per_family or 300,
+                                    families=MIN_FAMILIES if families is None else families, structures=wanted)
+    if source == "synthetic":
+        from skillbank.data.synthetic import build_synthetic_stream
+        if families is None:
+            raise typer.BadParameter("--source synthetic needs --families K (1..1050)")
+        return build_synthetic_stream(families, seed=seed, train_per_family=train_per_family,
+                                      test_per_family=300 if test_per_family is None else test_per_family,
+                                      structures=wanted)
     if source == "taskbench":
         from skillbank.data import taskbench
         if hub:
@@ -98,15 +115,27 @@ def build_stream(source: str, taskbench_root: Optional[Path], hub: bool, seed: i
             raise typer.BadParameter("--source taskbench needs --taskbench-root (or --hub)")
         return taskbench.load_taskbench(taskbench_root, seed=seed, train_per_family=train_per_family,
                                         test_per_family=test_per_family)
-    raise typer.BadParameter(f"unknown source {source!r}: use 'builtin' or 'taskbench'")
+    raise typer.BadParameter(f"unknown source {source!r}: use 'builtin', 'synthetic' or 'taskbench'")
+
+
+SUMMARY_ROWS = 30  # a stream of a thousand families is summarised, not printed row by row
 
 
 def print_stream_summary(stream) -> None:
     table = Table(title=f"stream {stream.name} ({stream.source})")
     for col in ("task", "family", "title", "skills", "train", "test"):
         table.add_column(col)
-    for key, s in stream.summary().items():
+    rows = list(stream.summary().items())
+    shown = rows if len(rows) <= SUMMARY_ROWS else rows[:SUMMARY_ROWS - 5] + [None] + rows[-4:]
+    for row in shown:
+        if row is None:
+            table.add_row("...", f"{len(rows) - SUMMARY_ROWS + 1} more", "", "", "", "")
+            continue
+        key, s = row
         table.add_row(s["task"], key, s["title"], str(s["skills"]), str(s["train"]), str(s["test"]))
+    if len(rows) > SUMMARY_ROWS:
+        table.add_row("all", f"{len(rows)} families", "", str(sum(s["skills"] for _, s in rows)),
+                      str(sum(s["train"] for _, s in rows)), str(sum(s["test"] for _, s in rows)))
     err.print(table)
 
 
@@ -201,6 +230,45 @@ def route_eval_cmd(
     else:
         for r in results:
             print_route_table(stream, r)
+
+
+@app.command("route-scale")
+@friendly_errors
+def route_scale_cmd(
+    streams: List[Path] = typer.Option(..., "--stream", help="Stream directories (repeatable), e.g. built-in "
+                                       "splits of K = 5..100 families and a synthetic K = 1000 one."),
+    order: Optional[str] = typer.Option(None, help="Task order (default: the stream's family order)."),
+    records: List[Path] = typer.Option([], "--records", help="Hand-written records to route too (repeatable), e.g. "
+                                       "tests/fixtures/paraphrase_builtin.jsonl."),
+    extra: List[str] = typer.Option([], "--selector", help="Also evaluate this text-only selector kind, e.g. "
+                                    "embed-lda-nb. Repeatable."),
+    reference_up_to: int = typer.Option(200, help="Skip the offline TF-IDF+LR reference on streams with more "
+                                        "families than this (it refits on every kept request)."),
+    out_dir: Path = typer.Option(..., "--out", help="Output directory: routing_scale.json, .md, .png."),
+):
+    """Route accuracy and routing latency as the number of learned families grows, per stream."""
+    from skillbank.data.records import read_records
+    from skillbank.data.stream import Stream
+    from skillbank.memory.address import HashingNBAddress, TfidfLogRegAddress, make_selector
+    from skillbank.memory.selectors import TEXT_KINDS
+    from skillbank.report.routing_scale import render_markdown, route_scale, write
+    for kind in extra:
+        if kind not in TEXT_KINDS:
+            raise typer.BadParameter(f"--selector {kind!r}: text-only kinds are {list(TEXT_KINDS)}")
+    hand = {p.stem: read_records(p).records for p in records}
+    results = []
+    for path in streams:
+        stream = Stream.load(path)
+        selectors = {"address (hashing+NB)": HashingNBAddress}
+        if len(stream.family_keys) <= reference_up_to:
+            selectors["offline TF-IDF+LR"] = TfidfLogRegAddress
+        for kind in extra:
+            selectors[kind] = functools.partial(make_selector, kind)
+        with err.status(f"routing {stream.name}...") as status:
+            results.append(route_scale(stream, stream.order(order) if order else stream.family_keys, selectors,
+                                       records=hand, progress=status.update))
+    write(results, out_dir)
+    out.print(render_markdown(results))
 
 
 def run_route_eval(stream, orders, n_features=2**18, alpha=0.01, prior="uniform", extra=()):
@@ -731,6 +799,8 @@ def serve(
     header_timeout_s: float = typer.Option(10.0, help="A request head must arrive whole within this time "
                                            "(else 408 and the connection is closed: no half-open connections)."),
     keep_alive_s: float = typer.Option(5.0, help="An idle keep-alive connection is closed after this time."),
+    max_resident: Optional[int] = typer.Option(None, help="Most shards kept loaded (least recently used evicted; "
+                                               "default: every shard once used). Bounds memory for large banks."),
 ):
     """Serve a bank over HTTP: /v1/plan, /v1/chat/completions (OpenAI), /v1/models, /metrics, a playground at /.
 
@@ -753,7 +823,7 @@ def serve(
                                    max_request_chars=max_request_chars, max_list=max_list,
                                    max_new_tokens=max_new_tokens, upstream=upstream, threads=threads,
                                    learn_threads=learn_threads, header_timeout_s=header_timeout_s,
-                                   keep_alive_s=keep_alive_s)
+                                   keep_alive_s=keep_alive_s, max_resident=max_resident)
     except ValidationError as exc:
         raise typer.BadParameter("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
     application = create_app(bank, cfg)

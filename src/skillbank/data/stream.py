@@ -2,16 +2,22 @@
 
 On disk a stream is a directory::
 
-    stream.json        name, source, seed, family keys in T1..T5 order, orders, build report
+    stream.json        name, source, seed, family keys in T1..TK order, named orders, build report
     catalog.json       the skill catalog with its family partition (skillbank.data.catalog)
     train/<family>.jsonl
     test/<family>.jsonl
 
-Task orders refer to positions in the family list: O1 = [T1, T2, T3, T4, T5] and O2 = [T3, T1, T5, T2, T4].
+Task orders refer to positions in the family list: O1 = [T1, T2, T3, T4, T5] and O2 = [T3, T1, T5, T2, T4]
+(the paper's two orders of five families). With K families O1 is the list order T1..TK; O2 exists only
+for five. ``R<seed>`` (``R0``, ``R17``) is a seeded random order of all K families: the same K and seed
+always give the same permutation, whatever the families are called. Order names become directory names
+in a run (``methods/fsm/R17/``), hence no ``:`` in them.
 """
 from __future__ import annotations
 
 import json
+import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +28,14 @@ from skillbank.jsonfile import read_json
 
 FORMAT_VERSION = 1
 ORDERS = {"O1": (1, 2, 3, 4, 5), "O2": (3, 1, 5, 2, 4)}
+RANDOM_ORDER = re.compile(r"R([0-9]{1,9})")
+
+
+def random_order(k: int, seed: int) -> tuple[int, ...]:
+    """Positions 1..k in the seeded random order ``R<seed>`` (a string seed: stable across Python versions)."""
+    positions = list(range(1, k + 1))
+    random.Random(f"skillbank-order:{seed}").shuffle(positions)
+    return tuple(positions)
 
 
 @dataclass
@@ -39,19 +53,34 @@ class Stream:
         return self.catalog.family_keys
 
     def task_label(self, key: str) -> str:
-        """``T1`` .. ``T5`` for a family key (its position in the family list)."""
+        """``T1`` .. ``TK`` for a family key (its position in the family list)."""
         return f"T{self.family_keys.index(key) + 1}"
 
+    @property
+    def named_orders(self) -> list[str]:
+        """The named orders this stream has (saved in stream.json): O1 and O2 for five families, else O1."""
+        return list(ORDERS) if len(self.family_keys) == len(ORDERS["O1"]) else ["O1"]
+
     def order(self, name: str) -> list[str]:
-        """Family keys in the arrival order ``O1`` or ``O2`` (or a custom comma list like ``T2,T1``)."""
+        """Family keys in the arrival order ``O1`` or ``O2``, a seeded random order ``R<seed>``, or a custom
+        comma list like ``T2,T1``."""
         keys = self.family_keys
-        if name in ORDERS:
+        random_match = RANDOM_ORDER.fullmatch(name)
+        if name == "O1" and len(keys) != len(ORDERS["O1"]):
+            positions = tuple(range(1, len(keys) + 1))
+        elif name == "O2" and len(keys) != len(ORDERS["O2"]):
+            raise StreamError(f"order O2 is the paper's order of five families and this stream has {len(keys)}: "
+                              f"use O1 (T1..T{len(keys)}), a random order R<seed> (e.g. R0) or a list like T3,T1,T2")
+        elif name in ORDERS:
             positions = ORDERS[name]
+        elif random_match:
+            positions = random_order(len(keys), int(random_match.group(1)))
         else:
             try:
                 positions = tuple(int(p.strip().lstrip("Tt")) for p in name.split(","))
             except ValueError:
-                raise StreamError(f"unknown order {name!r}: use O1, O2 or a list like T3,T1,T2") from None
+                raise StreamError(f"unknown order {name!r}: use O1, O2, a random order R<seed> (e.g. R7) "
+                                  f"or a list like T3,T1,T2") from None
         if len(set(positions)) != len(positions):
             raise StreamError(f"order {name!r} repeats a task")
         bad = [p for p in positions if not 1 <= p <= len(keys)]
@@ -77,7 +106,7 @@ class Stream:
             write_records(root / "train" / f"{key}.jsonl", self.train.get(key, []))
             write_records(root / "test" / f"{key}.jsonl", self.test.get(key, []))
         meta = {"format": FORMAT_VERSION, "name": self.name, "source": self.source, "seed": self.seed,
-                "families": self.family_keys, "orders": {k: self.order(k) for k in ORDERS},
+                "families": self.family_keys, "orders": {k: self.order(k) for k in self.named_orders},
                 "summary": self.summary(), "report": self.report}
         (root / "stream.json").write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
         return root
