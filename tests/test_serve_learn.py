@@ -135,7 +135,9 @@ def test_learn_refusals(tmp_path, two_family_bank, tiny_model_dir, small_stream)
         err(learn({"family": k3, "records": "\n".join(bad)}), 422, "2 bad record line(s): line 2: malformed JSON")
         err(learn({"family": k3, "records": "\n".join(bad)}), 422, "line 3: missing field 'graph'")
         err(learn({"family": k3, "records": ""}), 422, "no records uploaded")
-        err(learn({"family": k3, "records": jsonl(small_stream.train[k1])}), 422, "already learned by another shard")
+        err(learn({"family": k3, "records": jsonl(small_stream.train[k1])}), 422, f"family '{k1}', expected '{k3}'")
+        stolen = "".join(json.dumps({**r.to_dict(), "family": k3}) + "\n" for r in small_stream.train[k1])
+        err(learn({"family": k3, "records": stolen}), 422, "already learned by another shard")
         err(learn({"family": k3, "records": good, "train": {"epochs": 0}}), 422, "TrainConfig.epochs")
         err(learn({"family": k3, "records": good, "train": {"nope": 1}}), 422, "unknown TrainConfig field")
         err(learn({"family": k3, "records": good, "recipe": "fast"}), 422, "recipe")
@@ -196,3 +198,13 @@ def test_reload_picks_up_a_family_learned_by_another_process(tmp_path, two_famil
         after = plan_all(c, [small_stream.test[k1][0].request])
         assert set(after[0]["probabilities"]) == {k1, k2, k3} and before[0]["shard"] in (k1, k2)
         assert c.post("/v1/reload", headers=AUTH).json()["version"] == 2  # nothing new: unchanged
+
+
+def test_learn_recipe_auto_follows_the_base_and_records_must_match_the_family(tmp_path, tiny_model_dir):
+    from skillbank.serve.learn import LearnRefused, train_config
+    from skillbank.train.executor import TrainConfig
+    assert train_config("auto", None, "embedded") == TrainConfig.for_small_cpu()
+    assert train_config("auto", {"epochs": 1}, str(tiny_model_dir)).epochs == 1
+    assert train_config("auto", None, "someone/Qwen3-8B-not-cached") == TrainConfig()
+    with pytest.raises(LearnRefused, match="recipe must be one of"):
+        train_config("fast", None, "embedded")

@@ -430,7 +430,8 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
               summary="Learn a new skill family in the background (bearer token)")
     async def learn_family(request: Request,
                            family: Optional[str] = Query(None, description="family name (JSON Lines body)"),
-                           recipe: str = Query("paper", description="'paper' or 'small-cpu' (JSON Lines body)"),
+                           recipe: str = Query("auto", description="'auto' (by the base's size), 'paper' or "
+                                               "'small-cpu' (JSON Lines body)"),
                            epochs: Optional[int] = Query(None, ge=1, description="override (JSON Lines body)")):
         svc.check_admin(request)
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()

@@ -30,11 +30,11 @@ from typing import Awaitable, Callable
 
 from skillbank.data.records import read_records
 from skillbank.errors import ModelError, RecordError
-from skillbank.memory.bank import check_family_name
+from skillbank.memory.bank import check_family_name, read_manifest
 
 log = logging.getLogger("skillbank.serve")
 
-RECIPES = ("paper", "small-cpu")
+RECIPES = ("auto", "paper", "small-cpu")
 MAX_LISTED_BAD_LINES = 10
 
 
@@ -72,11 +72,15 @@ class LearnJob:
                 "created": self.created, "finished": self.finished}
 
 
-def train_config(recipe: str, overrides: dict | None):
-    """The TrainConfig of a job: a recipe (as ``skillbank learn --recipe``) plus field overrides."""
+def train_config(recipe: str, overrides: dict | None, base: str = ""):
+    """The TrainConfig of a job: a recipe (as ``skillbank learn --recipe``; ``auto``: the one that suits the
+    bank's ``base``, see :mod:`skillbank.train.recipes`) plus field overrides."""
     from skillbank.train.executor import TrainConfig
+    from skillbank.train.recipes import recipe_for_base
     if recipe not in RECIPES:
         raise LearnRefused(f"recipe must be one of {list(RECIPES)}, got {recipe!r}", 422)
+    if recipe == "auto":
+        recipe = recipe_for_base(base)[0]
     values = TrainConfig.for_small_cpu().to_dict() if recipe == "small-cpu" else {}
     values.update(overrides or {})
     try:
@@ -101,7 +105,7 @@ class LearnManager:
     def running(self) -> LearnJob | None:
         return next((j for j in self.jobs.values() if j.active), None)
 
-    def start(self, family: str, records_text: str, *, served: dict[str, list[str]], recipe: str = "paper",
+    def start(self, family: str, records_text: str, *, served: dict[str, list[str]], recipe: str = "auto",
               train: dict | None = None, skills: list[str] | None = None) -> LearnJob:
         """Validate and start a job. ``served``: shard name -> skill ids of the bank being served."""
         try:
@@ -113,7 +117,7 @@ class LearnManager:
         busy = self.running()
         if busy is not None:
             raise LearnRefused(f"learn job {busy.id} ({busy.family}) is still running; one job at a time", 409)
-        cfg = train_config(recipe, train)
+        cfg = train_config(recipe, train, read_manifest(self.root).base["name"])
         if skills is not None and (not skills or not all(isinstance(s, str) and s for s in skills)):
             raise LearnRefused("skills must be a non-empty list of skill ids", 422)
 
@@ -121,7 +125,7 @@ class LearnManager:
         try:
             data = workdir / "records.jsonl"
             data.write_text(records_text, encoding="utf-8")
-            rs = read_records(data, skip_invalid=True)
+            rs = read_records(data, skip_invalid=True, family=family)
             if rs.skipped:
                 lines = "; ".join(f"line {e.line}: {e.reason}" if e.line else e.reason
                                   for e in rs.skipped[:MAX_LISTED_BAD_LINES])

@@ -214,7 +214,8 @@ class LearnRequest(BaseModel):
     family: str = Field(description="new family name: 1-64 letters, digits, '_' or '-'")
     records: Union[str, list[dict[str, Any]]] = Field(
         description='JSON Lines text, one {"id", "family", "request", "graph"} record per line, or a list of records')
-    recipe: Literal["paper", "small-cpu"] = "paper"
+    recipe: Literal["auto", "paper", "small-cpu"] = Field(
+        "auto", description="'auto': small-cpu for bases under 1B parameters (the embedded one), else paper")
     train: dict[str, Any] = Field(default_factory=dict, description="TrainConfig field overrides, e.g. {\"epochs\": 2}")
     skills: Optional[list[str]] = Field(None, description="the family's skill ids (default: those the records use)")
 
