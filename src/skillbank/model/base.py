@@ -97,6 +97,9 @@ class LoadedBase:
     identity: ``{"name", "digest", "dtype", "model_type", "num_layers", "hidden_size", "vocab_size"}``;
         ``name`` reloads the same base through ``BaseModelConfig(name=...)``.
     peft: the ``peft.PeftModel`` wrapping ``model`` once a first adapter exists (None before).
+
+    Mixed-shard batches read every adapter's LoRA weights from stacked copies (:meth:`stacked_lora`), built
+    on first use and dropped whenever an adapter is added, loaded or removed here.
     """
 
     model: Any
@@ -104,6 +107,7 @@ class LoadedBase:
     identity: dict
     config: BaseModelConfig = field(default_factory=BaseModelConfig)
     peft: Any = None
+    _stacked: Any = field(default=None, init=False, repr=False, compare=False)  # a multi_lora.StackedLoRA or None
 
     @property
     def num_layers(self) -> int:
@@ -118,12 +122,26 @@ class LoadedBase:
     def active_adapter(self) -> str | None:
         return self.peft.active_adapter if self.peft is not None else None
 
+    def stacked_lora(self):
+        """The :class:`~skillbank.model.multi_lora.StackedLoRA` of every loaded adapter, for batches whose rows
+        use different shards; built now if the adapters changed since the last one (raises
+        :class:`~skillbank.model.multi_lora.UnsupportedLoRA` for what it cannot apply)."""
+        from skillbank.model.multi_lora import StackedLoRA
+
+        if self.peft is None:
+            raise ModelError("no adapter is loaded: a mixed-shard batch needs shards")
+        if self._stacked is None or not self._stacked.current():
+            self._stacked = None  # free the old copies before the new ones are made
+            self._stacked = StackedLoRA(self.peft)
+        return self._stacked
+
     def add_adapter(self, name: str, lora_config) -> Any:
         """Inject a fresh adapter ``name`` (initialised from the current torch RNG), make it the active one
         and return the PeftModel. Every parameter stays frozen; the trainer unfreezes what it trains."""
         from peft import get_peft_model
 
         self._check_new(name)
+        self._stacked = None
         if self.peft is None:
             # get_peft_model injects LoRA layers into self.model in place: from now on self.model alone
             # runs whichever adapter is active; use ``with base.peft.disable_adapter():`` for the bare base.
@@ -140,6 +158,7 @@ class LoadedBase:
         path = Path(path)
         if not (path / "adapter_config.json").is_file():
             raise ModelError(f"{path} is not a PEFT adapter directory (no adapter_config.json)")
+        self._stacked = None
         if self.peft is None:
             self.peft = PeftModel.from_pretrained(self.model, str(path), adapter_name=name, is_trainable=False)
         else:
@@ -170,6 +189,7 @@ class LoadedBase:
         """Drop adapter ``name`` from memory (e.g. after a failed learn step)."""
         if name not in self.adapter_names:
             return
+        self._stacked = None
         self.peft.delete_adapter(name)
         freeze_all(self.peft)
 

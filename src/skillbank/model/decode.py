@@ -15,9 +15,21 @@ on a CPU made most of a static batch's work padding. :class:`RowBatch` instead
   left padding of an ordinary batch; columns that no live row attends to any more are cut off.
 
 The arithmetic per row is that of ``transformers``' ``generate`` with greedy search: left padding, position
-ids (``cumsum(mask) - 1``), arg-max, stop tokens, so the outputs are the same (tests compare them). Rows may use different LoRA shards: with several shards in the batch each forward
-passes PEFT's ``adapter_names`` (mixed-adapter batch, each shard applied to its own rows only); with one,
-that shard is simply the active adapter.
+ids (``cumsum(mask) - 1``), arg-max, stop tokens, so the outputs are the same (tests compare them).
+
+Rows may use different LoRA shards. With one shard in the batch, that shard is simply the active adapter. With
+several, ``lora`` says how each row gets its own shard's update:
+
+- ``"gathered"``: every LoRA layer applies each row's shard in one gathered, batched operation over stacked
+  copies of all the shards' weights (:mod:`skillbank.model.multi_lora`); the step costs about a one-shard step
+  whatever the number of shards;
+- ``"peft"``: PEFT's ``adapter_names`` (mixed-adapter batch): per LoRA layer one sub-batch pass per distinct
+  shard, so a step costs more with every shard in it;
+- ``"auto"`` (the default): ``"gathered"``, unless the loaded adapters are something it cannot apply exactly
+  (LoRA variants such as DoRA, a LoRA bias, ...): then ``"peft"``, with a logged warning saying why.
+
+Both give the same outputs (tests compare logits and decodes). A row whose adapter is None runs the active
+adapter (a batch of only such rows is the model as it is); ``"__base__"`` names the bare base model.
 
 Constrained rows: a row may carry a :class:`~skillbank.model.constrain.RowMatcher` (its shard's grammar). Before
 each pick the matcher fills the row's allowed-token bitmask and disallowed logits become -inf, so every row of a
@@ -36,7 +48,9 @@ is the server-side equivalent).
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -44,7 +58,13 @@ import torch
 
 import torch.nn.functional as F
 
+from skillbank.errors import ModelError
+from skillbank.model.multi_lora import BASE, StackedLoRA, UnsupportedLoRA
 from skillbank.model.prompts import encode_text, stop_token_ids
+
+log = logging.getLogger("skillbank.model")
+
+LORA_PATHS = ("auto", "gathered", "peft")  # how rows of different shards get their own LoRA (module docstring)
 
 
 @dataclass(frozen=True)
@@ -82,10 +102,16 @@ class RowBatch:
     """The rows being decoded together. ``add`` rows, then ``step`` until ``rows`` is empty.
 
     model: a causal LM or a ``peft.PeftModel`` whose adapters the rows name; base: the LoadedBase owning it
-    (to switch the active adapter when all rows use one)."""
+    (to switch the active adapter when all rows use one, and holding the stacked shards of ``lora="gathered"``).
+    lora: ``"auto"``, ``"gathered"`` or ``"peft"``: how a batch of several shards applies them (module docstring)."""
 
-    def __init__(self, model, tokenizer, base=None, *, reuse_prefixes: bool = True, min_prefix_tokens: int = 8):
-        self.model, self.tokenizer, self.base = model, tokenizer, base
+    def __init__(self, model, tokenizer, base=None, *, reuse_prefixes: bool = True, min_prefix_tokens: int = 8,
+                 lora: str = "auto"):
+        if lora not in LORA_PATHS:
+            raise ModelError(f"lora must be one of {list(LORA_PATHS)}, got {lora!r}")
+        self.model, self.tokenizer, self.base, self.lora = model, tokenizer, base, lora
+        self._stacked: StackedLoRA | None = None  # without a LoadedBase: this batch's own stack
+        self._refused: tuple | None = None  # under "auto": the adapter set the gathered path refused
         _check_attention_only(model)
         self.prefixes = PrefixKV(min_prefix_tokens) if reuse_prefixes else None
         self.device = next(model.parameters()).device
@@ -108,16 +134,63 @@ class RowBatch:
             self.prefixes = PrefixKV(self.prefixes.min_tokens)
 
     def _forward(self, cache, input_ids, mask, position_ids, adapters: list[str | None]):
-        extra = {}
-        names = set(adapters)
-        if None not in names:
-            if len(names) > 1 or self.base is None:
-                extra["adapter_names"] = list(adapters)
-            elif self.base.active_adapter != adapters[0]:
-                self.base.activate(adapters[0])  # cheaper than a mixed batch of one shard
-        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=True,
-                         logits_to_keep=1, **{self._cache_arg: cache}, **extra)
+        extra, mixed = {}, contextlib.nullcontext()
+        names = self._named(adapters)
+        if names is not None:
+            distinct = set(names)
+            if len(distinct) == 1 and self.base is not None and BASE not in distinct:
+                if self.base.active_adapter != names[0]:
+                    self.base.activate(names[0])  # the plain one-adapter forward: cheaper than any mixed batch
+            else:
+                stack = self._stack()
+                if stack is not None:
+                    mixed = stack.applied(names)
+                else:
+                    extra["adapter_names"] = names
+        with mixed:
+            out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=True,
+                             logits_to_keep=1, **{self._cache_arg: cache}, **extra)
         return out.logits[:, -1, :]
+
+    def _named(self, adapters: list[str | None]) -> list[str] | None:
+        """Every row's adapter by name, None for a batch of unnamed rows only (the model runs as it is).
+
+        An unnamed row runs the active adapter: next to named rows it is given that adapter's name, so it
+        keeps it in a mixed batch; several adapters active together cannot be given to one row."""
+        if all(a is None for a in adapters):
+            return None
+        if None not in adapters:
+            return list(adapters)
+        peft = self.base.peft if self.base is not None else self.model
+        if not hasattr(peft, "peft_config"):
+            raise ModelError("rows name adapters, but the model holds none (pass the PeftModel or its LoadedBase)")
+        active = list(peft.active_adapters)
+        if len(active) != 1:
+            raise ModelError(f"rows without an adapter run the active one, but {active or 'none'} are active; "
+                             "name every row's adapter in a batch that mixes shards")
+        return [active[0] if a is None else a for a in adapters]
+
+    def _stack(self) -> StackedLoRA | None:
+        """The stacked shards for a gathered mixed batch; None: use PEFT's per-adapter path."""
+        if self.lora == "peft":
+            return None
+        peft = self.base.peft if self.base is not None else self.model
+        key = tuple(getattr(peft, "peft_config", None) or ())
+        if self.lora == "auto" and self._refused == key:
+            return None  # refused for these very adapters (and said so) already
+        try:
+            if self.base is not None:
+                return self.base.stacked_lora()
+            if self._stacked is None or not self._stacked.current():
+                self._stacked = None
+                self._stacked = StackedLoRA(self.model)
+            return self._stacked
+        except UnsupportedLoRA as exc:
+            if self.lora == "gathered":
+                raise
+            log.warning("mixed-shard batches take PEFT's per-adapter path (slower with every shard): %s", exc)
+            self._refused = key
+            return None
 
     def add(self, prompts: Sequence[str], keys: Sequence[Any], adapters: Sequence[str | None], caps: Sequence[int],
             matchers: Sequence[Any] | None = None) -> None:
