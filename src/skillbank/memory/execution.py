@@ -140,6 +140,8 @@ class ExecutionMemory:
     def save_shard(self, name: str, directory: str | Path) -> Path:
         """Write shard ``name`` as a PEFT adapter directory whose ``adapter_config.json`` names a base that
         PEFT, vLLM and other tools can load on their own (:func:`peft_base_name`)."""
+        if name in self.shards and name not in self.resident:  # a known shard not loaded yet (lazy open)
+            self.ensure_resident([name])
         directory = self.base.save_adapter(name, directory)
         path = directory / "adapter_config.json"
         config = json.loads(path.read_text())

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from skillbank.data.records import read_records
-from skillbank.errors import ModelError, RecordError
+from skillbank.errors import BankError, ModelError, RecordError
 from skillbank.memory.bank import check_family_name, read_manifest
 
 log = logging.getLogger("skillbank.serve")
@@ -117,7 +117,11 @@ class LearnManager:
         busy = self.running()
         if busy is not None:
             raise LearnRefused(f"learn job {busy.id} ({busy.family}) is still running; one job at a time", 409)
-        cfg = train_config(recipe, train, read_manifest(self.root).base["name"])
+        try:
+            base = read_manifest(self.root).base["name"]
+        except BankError:
+            base = ""  # an unreadable bank fails the learn process itself, which reports why
+        cfg = train_config(recipe, train, base)
         if skills is not None and (not skills or not all(isinstance(s, str) and s for s in skills)):
             raise LearnRefused("skills must be a non-empty list of skill ids", 422)
 
