@@ -724,3 +724,22 @@ def test_lazy_shards_in_the_service(bank_dir, tiny_model_dir, small_stream, tmp_
                      f"shard '{k1}'")
         ok = c.post("/v1/plan", json={"request": reqs[0], "shard": k2})
         assert ok.status_code == 200 and ok.json()["plans"][0]["shard"] == k2
+
+
+def test_shards_are_paged(client, small_stream):
+    whole = client.get("/v1/shards").json()
+    assert whole["total"] == 2 and whole["offset"] == 0 and whole["next_offset"] is None
+    first = client.get("/v1/shards?limit=1").json()
+    assert [s["name"] for s in first["shards"]] == [whole["shards"][0]["name"]] and first["next_offset"] == 1
+    second = client.get("/v1/shards?offset=1&limit=1").json()
+    assert second["shards"][0]["index"] == 2 and second["next_offset"] is None
+    assert client.get("/v1/shards?offset=5").json()["shards"] == []
+    assert_error(client.get("/v1/shards?limit=0"), 422, "limit")
+
+
+def test_export_vllm_bounds_lora_slots_for_large_banks(bank_dir, monkeypatch):
+    from skillbank.serve import vllm
+    monkeypatch.setattr(vllm, "GPU_LORA_SLOTS", 1)
+    plan = vllm.vllm_plan(bank_dir, base="some/base")
+    assert plan.max_loras == 1 and plan.max_cpu_loras == 2 and "1 GPU slots" in plan.notes[0]
+    assert "--max-loras 1 --max-cpu-loras 2" in plan.shell()

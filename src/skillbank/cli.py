@@ -846,6 +846,8 @@ def export_vllm(
     """Print the `vllm serve` command that serves this bank's shards as LoRA modules (use with serve --upstream)."""
     from skillbank.serve.vllm import vllm_plan
     plan_ = vllm_plan(bank, host=host, port=port, base=base)
+    for note in plan_.notes:
+        err.print(f"note: {note}", highlight=False)
     if out_file is not None:
         out_file.write_text(plan_.script())
         out_file.chmod(0o755)

@@ -390,17 +390,21 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
                    "skills": len(s.skills)} for s in snap.manifest.shards]
         return {"data": cards}
 
-    @app.get("/v1/shards", response_model=S.ShardList, summary="Shards with their skills")
-    async def shards():
+    @app.get("/v1/shards", response_model=S.ShardList, summary="Shards with their skills, a page at a time")
+    async def shards(offset: int = Query(0, ge=0, description="first shard (0-based)"),
+                     limit: int = Query(100, ge=1, le=1000, description="shards per page")):
         snap = svc.snapshot
+        everything = snap.manifest.shards
         out = []
-        for i, s in enumerate(snap.manifest.shards, 1):
+        for i, s in enumerate(everything[offset:offset + limit], offset + 1):
             cat = snap.catalogs.get(s.name, {})
             specs = {d.get("id"): d for d in cat.get("specs") or [] if isinstance(d, dict)}
             skills = [specs.get(k) or {"id": k} for k in s.skills]
             out.append({"name": s.name, "index": i, "skills": skills, "target_format": s.target_format,
                         "created": s.created, "train_examples": s.training.get("examples")})
-        return {"bank": snap.bank.root.name, "base": snap.manifest.base, "version": snap.version, "shards": out}
+        following = offset + limit if offset + limit < len(everything) else None
+        return {"bank": snap.bank.root.name, "base": snap.manifest.base, "version": snap.version,
+                "total": len(everything), "offset": offset, "next_offset": following, "shards": out}
 
     @app.get("/healthz", response_model=S.Health, responses={503: {"model": S.Health}}, summary="Liveness")
     async def healthz():

@@ -193,6 +193,9 @@ class ShardList(BaseModel):
     bank: str
     base: dict[str, Any]
     version: int = Field(description="increases each time a learned family is picked up")
+    total: int = Field(description="shards in the bank")
+    offset: int = Field(description="index (0-based) of the first shard in this page")
+    next_offset: Optional[int] = Field(description="offset of the next page; null on the last one")
     shards: list[ShardInfo]
 
 

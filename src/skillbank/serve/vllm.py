@@ -2,9 +2,11 @@
 
 Every shard is already a plain PEFT adapter directory, so vLLM loads it unchanged; the command names each
 shard after its family (the model name ``skillbank serve --upstream`` sends), sets ``--max-lora-rank`` to the
-largest rank in the bank (rounded up to a rank vLLM accepts) and ``--max-loras`` to the number of shards, so
-a batch may mix every shard - the same mixed-adapter batching the local engine does. Structured outputs use
-the llguidance backend, so each request is decoded under its shard's grammar there too.
+largest rank in the bank (rounded up to a rank vLLM accepts), ``--max-loras`` (shards one GPU batch may mix)
+to the number of shards up to ``GPU_LORA_SLOTS`` and ``--max-cpu-loras`` (shards kept in host memory, least
+recently used evicted; the rest load from disk on demand) up to ``CPU_LORA_CACHE``: a bank of a thousand
+families does not reserve a thousand GPU slots. Structured outputs use the llguidance backend, so each request
+is decoded under its shard's grammar there too.
 """
 from __future__ import annotations
 
@@ -18,6 +20,10 @@ from skillbank.memory.bank import read_manifest
 
 # The LoRA ranks vLLM's --max-lora-rank accepts (vllm/config/lora.py).
 VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+# vLLM reserves GPU memory for --max-loras adapters of --max-lora-rank in every LoRA layer; a batch rarely
+# holds more distinct shards than this, and requests for a shard not in a slot wait for one.
+GPU_LORA_SLOTS = 16
+CPU_LORA_CACHE = 128
 
 
 @dataclass(frozen=True)
@@ -27,6 +33,8 @@ class VllmPlan:
     max_lora_rank: int
     max_loras: int
     command: list[str]
+    max_cpu_loras: int = 0
+    notes: tuple[str, ...] = ()
 
     def shell(self) -> str:
         return shlex.join(self.command)
@@ -48,7 +56,8 @@ class VllmPlan:
 
     def to_dict(self) -> dict:
         return {"base": self.base, "lora_modules": self.lora_modules, "max_lora_rank": self.max_lora_rank,
-                "max_loras": self.max_loras, "command": self.command, "shell": self.shell()}
+                "max_loras": self.max_loras, "max_cpu_loras": self.max_cpu_loras, "notes": list(self.notes),
+                "command": self.command, "shell": self.shell()}
 
 
 def adapter_rank(directory: Path) -> int:
@@ -83,11 +92,16 @@ def vllm_plan(bank: str | Path, *, host: str = "127.0.0.1", port: int = 8001, ba
     if vllm_rank is None:
         raise BankError(f"{root}: LoRA rank {rank} is above what vLLM serves (at most {VLLM_RANKS[-1]})")
     where = base or base_location(manifest.base["name"])
+    max_loras, max_cpu = min(len(modules), GPU_LORA_SLOTS), min(len(modules), CPU_LORA_CACHE)
+    notes = []
+    if len(modules) > GPU_LORA_SLOTS:
+        notes.append(f"{len(modules)} shards: --max-loras {max_loras} GPU slots (a batch mixes at most that many "
+                     f"shards) and --max-cpu-loras {max_cpu} in host memory; the others load from disk when "
+                     "requested. Raise them if GPU and host memory allow.")
     command = ["vllm", "serve", where, "--host", host, "--port", str(port), "--enable-lora",
                "--lora-modules", *(f"{name}={path}" for name, path in modules.items()),
-               "--max-lora-rank", str(vllm_rank), "--max-loras", str(len(modules)),
-               "--max-cpu-loras", str(len(modules)),
+               "--max-lora-rank", str(vllm_rank), "--max-loras", str(max_loras), "--max-cpu-loras", str(max_cpu),
                # The grammars `skillbank serve --upstream` sends (structured_outputs.grammar) are Lark, which
                # vLLM's llguidance backend ("guidance") reads; vLLM >= 0.10.2.
                "--structured-outputs-config.backend", "guidance", *(extra or [])]
-    return VllmPlan(where, modules, vllm_rank, len(modules), command)
+    return VllmPlan(where, modules, vllm_rank, max_loras, command, max_cpu, tuple(notes))
