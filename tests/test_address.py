@@ -173,6 +173,15 @@ def test_route_scale_report(tmp_path, small_stream):
         {"task": small_stream.catalog.family(keys[0]).skills[0], "arguments": []},
         {"task": small_stream.catalog.family(keys[1]).skills[0], "arguments": []}], "task_links": []}))
     assert label_records(small_stream, hand + [two])[1] == 1
+    from skillbank.data.builtin import build_builtin_stream
+    finer = build_builtin_stream(seed=0, train_per_family=2, test_per_family=1, families=10)
+    labelled, left = label_records(finer, hand)  # coarse skill ids read through their names
+    fam_of = finer.catalog.family_map
+    by_request = {r.request: r for r in hand}
+    assert labelled and len(labelled) + left == len(hand)
+    for request, fam in labelled:
+        names = {t.rsplit("::", 1)[-1] for t in by_request[request].graph.tasks}
+        assert {fam_of[sid] for sid in fam_of if sid.rsplit("::", 1)[-1] in names} == {fam}
     res = route_scale(small_stream, keys, {"nb": HashingNBAddress, "lr": TfidfLogRegAddress},
                       records={"hand": hand + [two]}, latency_sample=5)
     nb = res["selectors"]["nb"]

@@ -1,6 +1,7 @@
 """TaskBench stream: catalog and partition, normalisation of real (messy) records, split, persistence.
 
-Runs against the real TaskBench files in ``../shared/taskbench/`` (skipped when absent).
+Runs against a real TaskBench sample when one sits next to the repository (``conftest.SHARED_TASKBENCH``;
+skipped when absent).
 """
 from __future__ import annotations
 

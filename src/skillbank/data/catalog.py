@@ -99,7 +99,8 @@ class Catalog:
             if s.id in self.skills:
                 raise CatalogError(f"skill id {s.id!r} appears twice in the catalog")
             self.skills[s.id] = s
-        self.families: list[Family] = list(families)
+        self.families: tuple[Family, ...] = tuple(families)  # fixed: the lookups below index it once
+        self._by_key = {f.key: f for f in self.families}
         self._family_of: dict[str, str] = {}
         self._check_partition()
 
@@ -134,14 +135,18 @@ class Catalog:
         return MappingProxyType(self._family_of)
 
     def family(self, key: str) -> Family:
-        for f in self.families:
-            if f.key == key:
-                return f
-        raise CatalogError(f"unknown family {key!r}; known: {[f.key for f in self.families]}")
+        try:
+            return self._by_key[key]
+        except KeyError:
+            raise CatalogError(f"unknown family {key!r}; known: {list(self._by_key)}") from None
 
     @property
     def family_keys(self) -> list[str]:
-        return [f.key for f in self.families]
+        return list(self._by_key)
+
+    def has_family(self, key: str) -> bool:
+        """Asked once per record when a stream loads: a dict lookup, or loading grows with K^2."""
+        return key in self._by_key
 
     def unknown_skills(self, graph: TaskGraph) -> list[str]:
         return sorted({t for t in graph.tasks if t not in self.skills})

@@ -200,7 +200,7 @@ def _check(items: Iterable[tuple[int, Any]], path: Path | None, catalog: Catalog
             unknown = catalog.unknown_skills(rec.graph)
             if unknown:
                 errors.append(err(f"record {rec.id}: unknown skill(s) {unknown}", UnknownSkillError))
-            elif family is not None and family in catalog.family_keys:
+            elif family is not None and catalog.has_family(family):
                 outside = sorted({t for t in rec.graph.tasks if catalog.family_map[t] != family})
                 if outside:
                     errors.append(err(f"record {rec.id}: skill(s) of another family than {family!r}: {outside}"))

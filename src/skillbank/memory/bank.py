@@ -16,13 +16,14 @@ checks the format version, the base-model digest and every shard's file digests.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
 import re
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Sequence
 
@@ -82,8 +83,10 @@ class Manifest:
     scope_params: dict = field(default_factory=dict)  # ScopeDetector hyperparameters (skillbank.memory.scope)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["shards"] = [asdict(s) for s in self.shards]
+        # Shallow: dataclasses.asdict deep-copies every shard's training summary, which at a thousand
+        # shards made each publish noticeably slower; json.dumps reads the nested dicts as they are.
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["shards"] = [dict(vars(s)) for s in self.shards]
         return d
 
     @classmethod
@@ -393,7 +396,11 @@ class SkillBank:
     def _address_copy(self) -> tuple[Selector, "ScopeDetector | None"]:
         """Fresh copies of the published Address Memory to stage a change on (the served one stays as is
         until the manifest names the new state)."""
-        if self.manifest.address_dir:
+        if self.manifest.address_dir and self.address is not None:
+            # The in-memory state is the published one (set by open and by every commit): copying it costs
+            # far less than reading and decompressing it again, and a learn should not grow with the bank.
+            address, scope = copy.deepcopy(self.address), copy.deepcopy(self.scope)
+        elif self.manifest.address_dir:
             address = load_selector(self.root / self.manifest.address_dir)
             d = self.root / self.manifest.address_dir
             scope = ScopeDetector.load(d) if ScopeDetector.exists(d) else None

@@ -200,7 +200,7 @@ class ScopeDetector:
         arrays.update({f"loo_{i}": self.train_scores_[k] for i, k in enumerate(self.classes_)})
         if self.background_ is not None:
             arrays["background"] = self.background_
-        np.savez_compressed(directory / SCOPE_ARRAYS, **arrays)
+        np.savez(directory / SCOPE_ARRAYS, **arrays)  # uncompressed, as the router's: see Selector.save
         meta = {"format": SCOPE_FORMAT, "params": self.get_params(), "classes": self.classes_}
         (directory / SCOPE_FILE).write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
 

@@ -125,7 +125,9 @@ class Selector(ABC):
         state, arrays = self._state()
         meta = {"format": SELECTOR_FORMAT, "kind": self.kind, "params": self.get_params(), "state": state}
         if arrays:
-            np.savez_compressed(directory / "stats.npz", **arrays)
+            # Uncompressed: every learn writes every family's counts, and compressing them made a learn's
+            # cost grow with the bank (the counts are sparse already).
+            np.savez(directory / "stats.npz", **arrays)
         (directory / "selector.json").write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
         return directory
 

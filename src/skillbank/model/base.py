@@ -206,7 +206,9 @@ class LoadedBase:
             raise ModelError(f"no adapter named {name!r}; loaded: {self.adapter_names}")
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        state = get_peft_model_state_dict(self.peft, adapter_name=name)
+        # save_embedding_layers=False: shards never train embeddings, and PEFT's "auto" looks the base's
+        # config up by name - on the hub for a name like "embedded", which must not happen at run time.
+        state = get_peft_model_state_dict(self.peft, adapter_name=name, save_embedding_layers=False)
         save_file({k: v.detach().to("cpu").contiguous() for k, v in state.items()},
                   str(directory / "adapter_model.safetensors"), metadata={"format": "pt"})
         config = self.peft.peft_config[name]
@@ -429,18 +431,25 @@ def load_base(config: BaseModelConfig | None = None, *, progress: bool = True) -
     restored afterwards, so transformers' bars and warnings elsewhere, and our own tqdm/rich bars, are as
     they were. Hub download bars (huggingface_hub's own switch) stay on: a first download of a large model
     is a real wait worth seeing."""
-    from transformers.utils import logging as hf_logging
 
     config = config or BaseModelConfig()
     # PEFT (0.21 here) reads model.is_gradient_checkpointing, which transformers 5 deprecates with a FutureWarning
     # on every adapter load; the fix is upstream's, so only that one message is ignored.
     warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+    with quiet_transformers():
+        return _load(config, progress)
+
+
+@contextmanager
+def quiet_transformers():
+    """transformers' weight-loading bars and warnings off for a load, restored afterwards (see load_base)."""
+    from transformers.utils import logging as hf_logging
     bars = hf_logging.is_progress_bar_enabled()
     verbosity = hf_logging.get_verbosity()
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     try:
-        return _load(config, progress)
+        yield
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:

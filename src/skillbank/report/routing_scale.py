@@ -53,9 +53,22 @@ def label_records(stream: Stream, records) -> tuple[list[tuple[str, str]], int]:
     """(request, family) for records whose skills all belong to one family of this stream; and how many
     records were left out (skills outside the catalog or across families)."""
     fam_of = stream.catalog.family_map
+    # A finer split of a catalog renames its skills' family part (Builtin::t1_daily_life::get_weather becomes
+    # Builtin::t1_daily_life-03::get_weather) and keeps their names: records written against the coarse
+    # catalog are read through the name when it is unique.
+    by_name: dict[str, list[str]] = {}
+    for sid in fam_of:
+        by_name.setdefault(sid.rsplit("::", 1)[-1], []).append(sid)
+
+    def family(task: str) -> str | None:
+        if task in fam_of:
+            return fam_of[task]
+        same = by_name.get(task.rsplit("::", 1)[-1], [])
+        return fam_of[same[0]] if len(same) == 1 else None
+
     labelled, left_out = [], 0
     for r in records:
-        fams = {fam_of.get(t) for t in r.graph.tasks}
+        fams = {family(t) for t in r.graph.tasks}
         if len(fams) == 1 and None not in fams:
             labelled.append((r.request, fams.pop()))
         else:

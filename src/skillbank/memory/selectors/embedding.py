@@ -57,10 +57,12 @@ class SentenceEncoder:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
+        from skillbank.model.base import quiet_transformers
         where = str(minilm_dir()) if name == MINILM else name
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(where)
-            self.model = AutoModel.from_pretrained(where).eval()
+            with quiet_transformers():
+                self.tokenizer = AutoTokenizer.from_pretrained(where)
+                self.model = AutoModel.from_pretrained(where).eval()
         except (OSError, ValueError) as exc:
             raise SelectorError(f"cannot load sentence encoder {name!r} from {where}: {exc}") from exc
         for p in self.model.parameters():
