@@ -528,7 +528,7 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
             raise ServiceError(409, str(exc)) from None
         except UpstreamError as exc:
             raise ServiceError(502, str(exc)) from None
-        return await shards()
+        return await shards(offset=0, limit=max(1, len(svc.snapshot.shard_names)))  # the whole list
 
     return app
 
