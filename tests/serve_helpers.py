@@ -3,6 +3,7 @@ that holds the engine mid-batch (to observe queueing, back-pressure, timeouts an
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -21,6 +22,12 @@ from skillbank.train.executor import TrainConfig
 CFG = TrainConfig(epochs=1, batch_size=3, target_format="compact", seed=0)
 MAX_NEW = 8
 TOKEN = "test-admin-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def jsonl(records) -> str:
+    """Records as the JSON Lines body of a learn call."""
+    return "".join(json.dumps(r.to_dict()) + "\n" for r in records)
 
 
 def build_bank(root: Path, model_dir: Path, stream, keys) -> Path:

@@ -3,7 +3,6 @@ records are removed on every exit path; a connection that stalls in its request 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -17,9 +16,9 @@ import pytest
 pytest.importorskip("fastapi")
 
 import httpx  # noqa: E402
-from serve_helpers import MAX_NEW, TOKEN, build_bank, copy_bank, free_port, wait_for, wait_healthy  # noqa: E402
+from serve_helpers import (AUTH, MAX_NEW, TOKEN, build_bank, copy_bank, free_port, jsonl, wait_for,  # noqa: E402
+                           wait_healthy)
 
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 # Long enough that the job is still training when the test stops its server (the test never waits for it).
 LONG_TRAIN = {"epochs": 500}
 
@@ -28,10 +27,6 @@ LONG_TRAIN = {"epochs": 500}
 def two_family_bank(tmp_path_factory, tiny_model_dir, small_stream):
     return build_bank(tmp_path_factory.mktemp("hardening") / "bank", tiny_model_dir, small_stream,
                       small_stream.family_keys[:2])
-
-
-def jsonl(records) -> str:
-    return "".join(json.dumps(r.to_dict()) + "\n" for r in records)
 
 
 def bank_state(bank: Path) -> tuple[bytes, list[str]]:

@@ -8,22 +8,16 @@ import pytest
 pytest.importorskip("fastapi")
 
 from fastapi.testclient import TestClient  # noqa: E402
-from serve_helpers import MAX_NEW, TOKEN, build_bank, copy_bank, fresh_base, wait_for  # noqa: E402
+from serve_helpers import AUTH, MAX_NEW, TOKEN, build_bank, copy_bank, fresh_base, jsonl, wait_for  # noqa: E402
 
 from skillbank.serve.app import create_app, service_of  # noqa: E402
 from skillbank.serve.config import ServeConfig  # noqa: E402
-
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture(scope="module")
 def two_family_bank(tmp_path_factory, tiny_model_dir, small_stream):
     return build_bank(tmp_path_factory.mktemp("learn") / "bank", tiny_model_dir, small_stream,
                       small_stream.family_keys[:2])
-
-
-def jsonl(records) -> str:
-    return "".join(json.dumps(r.to_dict()) + "\n" for r in records)
 
 
 def app_for(bank, model_dir, **cfg):

@@ -249,21 +249,13 @@ def route_scale_cmd(
     """Route accuracy and routing latency as the number of learned families grows, per stream."""
     from skillbank.data.records import read_records
     from skillbank.data.stream import Stream
-    from skillbank.memory.address import HashingNBAddress, TfidfLogRegAddress, make_selector
-    from skillbank.memory.selectors import TEXT_KINDS
     from skillbank.report.routing_scale import render_markdown, route_scale, write
-    for kind in extra:
-        if kind not in TEXT_KINDS:
-            raise typer.BadParameter(f"--selector {kind!r}: text-only kinds are {list(TEXT_KINDS)}")
+    text_selectors(extra)  # refuses a kind that is not text-only before any stream is read
     hand = {p.stem: read_records(p).records for p in records}
     results = []
     for path in streams:
         stream = Stream.load(path)
-        selectors = {"address (hashing+NB)": HashingNBAddress}
-        if len(stream.family_keys) <= reference_up_to:
-            selectors["offline TF-IDF+LR"] = TfidfLogRegAddress
-        for kind in extra:
-            selectors[kind] = functools.partial(make_selector, kind)
+        selectors = text_selectors(extra, reference=len(stream.family_keys) <= reference_up_to)
         with err.status(f"routing {stream.name}...") as status:
             results.append(route_scale(stream, stream.order(order) if order else stream.family_keys, selectors,
                                        records=hand, progress=status.update))
@@ -271,23 +263,29 @@ def route_scale_cmd(
     out.print(render_markdown(results))
 
 
-def run_route_eval(stream, orders, n_features=2**18, alpha=0.01, prior="uniform", extra=()):
-    from skillbank.continual.routing import route_eval
+def text_selectors(extra=(), *, reference: bool = True, n_features=2**18, alpha=0.01, prior="uniform") -> dict:
+    """name -> factory of the routers route-eval and route-scale compare: the Address Memory, the offline
+    reference (``reference``) and any ``extra`` text-only kinds."""
     from skillbank.memory.address import HashingNBAddress, TfidfLogRegAddress, make_selector
     from skillbank.memory.selectors import TEXT_KINDS
-    selectors = {
-        "address (hashing+NB)": lambda: HashingNBAddress(n_features=n_features, alpha=alpha, prior=prior),
-        "offline TF-IDF+LR": TfidfLogRegAddress,
-    }
+    selectors = {"address (hashing+NB)": lambda: HashingNBAddress(n_features=n_features, alpha=alpha, prior=prior)}
+    if reference:
+        selectors["offline TF-IDF+LR"] = TfidfLogRegAddress
     for kind in extra:
         if kind not in TEXT_KINDS:
             from skillbank.errors import SelectorError
-            raise SelectorError(f"--selector {kind!r}: route-eval takes text-only kinds {list(TEXT_KINDS)}; "
+            raise SelectorError(f"--selector {kind!r}: routing evaluations take text-only kinds {list(TEXT_KINDS)}; "
                                 "model-based selectors need a bank: use `skillbank selectors`")
         selectors.setdefault(kind, functools.partial(make_selector, kind))
     if extra:
         from skillbank.memory.selectors.embedding import memoize_encoders
         memoize_encoders()  # every prefix re-routes the same held-out requests: embed each once
+    return selectors
+
+
+def run_route_eval(stream, orders, n_features=2**18, alpha=0.01, prior="uniform", extra=()):
+    from skillbank.continual.routing import route_eval
+    selectors = text_selectors(extra, n_features=n_features, alpha=alpha, prior=prior)
     with err.status("routing...") as status:
         return [route_eval(stream, o, selectors, progress=status.update) for o in orders]
 

@@ -275,6 +275,15 @@ class SkillBank:
         check_family_name(family)
         if family in self.shard_names:
             raise BankError(f"family {family!r} is already in the bank; shards are write-once - learn it under a new name")
+        catalog, records, declared = self._family_inputs(family, records, catalog, skills)
+        cfg = train_config or self.default_train_config()
+        specs = [catalog.skills[s].to_dict() for s in declared if s in catalog.skills] if catalog else []
+        return self._publish_shard(family, records, cfg, declared, specs, progress=progress, pretrained=pretrained)
+
+    def _family_inputs(self, family: str, records, catalog, skills, *, replacing: bool = False):
+        """(catalog, records, declared skill ids) of a family to learn, checked: records as Records (files and
+        dicts validated), skills from ``skills``, else the catalog's family, else those the records use; every
+        used skill declared, and none owned by another shard (``replacing``: the family's own old shard aside)."""
         catalog = _as_catalog(catalog, family)
         records = _as_records(records, catalog, family)
         if not records:
@@ -286,14 +295,12 @@ class SkillBank:
         undeclared = sorted(set(used) - set(declared))
         if undeclared:
             raise RecordError(f"records use skill(s) outside the family's catalog: {undeclared[:5]}")
-        owned = {s: e.name for e in self.manifest.shards for s in e.skills}
+        owned = {s: e.name for e in self.manifest.shards if not (replacing and e.name == family) for s in e.skills}
         clash = sorted(s for s in declared if s in owned)
         if clash:
             raise RecordError("skill(s) already learned by another shard (families must be disjoint): "
                               + ", ".join(f"{s} (in {owned[s]})" for s in clash[:5]))
-        cfg = train_config or self.default_train_config()
-        specs = [catalog.skills[s].to_dict() for s in declared if s in catalog.skills] if catalog else []
-        return self._publish_shard(family, records, cfg, declared, specs, progress=progress, pretrained=pretrained)
+        return catalog, records, declared
 
     def default_train_config(self):
         """The recipe for this bank's base model when none is given (see :mod:`skillbank.train.recipes`)."""
@@ -563,22 +570,7 @@ class SkillBank:
         of the old one (the old Address statistics are subtracted, the new ones added)."""
         from skillbank.train.executor import TrainConfig
         old = self._entry(family)
-        catalog = _as_catalog(catalog, family)
-        records = _as_records(records, catalog, family)
-        if not records:
-            raise RecordError(f"no training records for family {family!r}")
-        used = sorted({t for r in records for t in r.graph.tasks})
-        if skills is None and catalog is not None and family in catalog.family_keys:
-            skills = catalog.family(family).skills
-        declared = sorted(set(skills) if skills is not None else set(used))
-        undeclared = sorted(set(used) - set(declared))
-        if undeclared:
-            raise RecordError(f"records use skill(s) outside the family's catalog: {undeclared[:5]}")
-        owned = {s: e.name for e in self.manifest.shards if e.name != family for s in e.skills}
-        clash = sorted(s for s in declared if s in owned)
-        if clash:
-            raise RecordError("skill(s) already learned by another shard (families must be disjoint): "
-                              + ", ".join(f"{s} (in {owned[s]})" for s in clash[:5]))
+        catalog, records, declared = self._family_inputs(family, records, catalog, skills, replacing=True)
         if catalog is not None:
             specs = [catalog.skills[s].to_dict() for s in declared if s in catalog.skills]
         else:  # keep the specs the old version was given
