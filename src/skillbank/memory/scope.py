@@ -215,8 +215,7 @@ class ScopeDetector:
                 det.counts_ = sp.csr_matrix((z["data"], z["indices"], z["indptr"]),
                                             shape=(len(det.classes_), det.n_features))
                 det.train_scores_ = {k: z[f"loo_{i}"] for i, k in enumerate(det.classes_)}
-                det.background_ = (z["background"] if "background" in z.files
-                                   else background(det.n_features, det.language).astype(np.float32))
+                det.background_ = z["background"]
         except (OSError, KeyError, ValueError) as exc:
             raise SelectorError(f"{directory / SCOPE_ARRAYS}: unreadable scope statistics ({exc})") from None
         return det
