@@ -66,3 +66,33 @@ def test_max_resident_bad_values(three_shard_bank, tiny_model_dir):
             SkillBank.open(three_shard_bank, base=fresh(tiny_model_dir), max_resident=bad)
     with pytest.raises(BankError, match="larger than the bank's 3 shard"):
         SkillBank.open(three_shard_bank, base=fresh(tiny_model_dir), max_resident=4)
+
+
+def test_grammar_caches_are_bounded(three_shard_bank, tiny_model_dir, small_stream, monkeypatch):
+    """A long-running service decodes with ever more shards: the grammars it keeps built (per shard, and
+    compiled per tokenizer) stay bounded, and one rebuilt after eviction is the same grammar."""
+    import skillbank.memory.execution as execution
+    import skillbank.serve.state as state
+    from skillbank.model.constrain import grammar_cache
+
+    keys = small_stream.family_keys[:3]
+    monkeypatch.setattr(execution, "GRAMMARS_KEPT", 2)
+    monkeypatch.setattr(state, "GRAMMARS_KEPT", 2)
+    bank = SkillBank.open(three_shard_bank, base=fresh(tiny_model_dir))
+    first = bank.execution.grammar(keys[0]).digest
+    for k in keys[1:]:
+        bank.execution.grammar(k)
+    assert len(bank.execution._grammars) == 2 and (keys[0], None) not in bank.execution._grammars
+    assert bank.execution.grammar(keys[0]).digest == first
+
+    snapshot = state.Snapshot(bank=bank)
+    for k in keys:
+        snapshot.grammar(k)
+    assert list(snapshot.grammars) == keys[1:]
+
+    cache = grammar_cache(bank.execution.base.peft, bank.execution.base.tokenizer)
+    monkeypatch.setattr(cache, "max_compiled", 2)
+    for k in keys:
+        cache.compile(bank.execution.grammar(k))
+    assert len(cache._compiled) == 2 and set(cache.compile_seconds) == set(cache._compiled)
+    cache.matcher(bank.execution.grammar(keys[0]))  # an evicted grammar compiles again on demand

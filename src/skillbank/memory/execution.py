@@ -24,9 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from cachetools import LRUCache
+
 from skillbank.errors import BankError, ModelError
 from skillbank.graph import ParseResult
 from skillbank.model.base import EMBEDDED, LoadedBase
+
+GRAMMARS_KEPT = 256  # per-shard grammars kept built (least recently used dropped; rebuilt on demand)
 from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS, GenerationStats, generate_for_requests
 from skillbank.model.prompts import prompt_ids
 from skillbank.model.serialization import decode_output
@@ -61,7 +65,9 @@ class ExecutionMemory:
         self.resident: OrderedDict[str, None] = OrderedDict()  # loaded adapters, least recently used first
         self.loads = 0  # adapters read from disk (first use and reloads after eviction)
         self.stats = GenerationStats()
-        self._grammars: dict[tuple, object] = {}
+        # Each shard's grammar is rebuilt on demand (a few ms), so only the recently used ones are kept:
+        # with thousands of shards an unbounded map grew ~0.3 MB per shard ever used.
+        self._grammars: LRUCache = LRUCache(GRAMMARS_KEPT)
 
     # -- write -------------------------------------------------------------------------------
     def add(self, name: str, directory: str | Path, entry) -> None:
@@ -112,7 +118,8 @@ class ExecutionMemory:
         """Record a loaded shard's manifest entry and directory."""
         self.shards[name] = entry
         self.dirs[name] = Path(directory)
-        self._grammars = {k: g for k, g in self._grammars.items() if k[0] != name}
+        for key in [k for k in self._grammars if k[0] == name]:
+            del self._grammars[key]
 
     def train_shard(self, name: str, records, cfg, *, family_prefix: str, progress: bool = True) -> dict:
         """Train a fresh adapter ``name`` on ``records`` only; it stays in memory, frozen. Returns the summary."""

@@ -469,7 +469,9 @@ class GrammarCache:
     ``stops`` are the ids that end a generation: the grammar allows them exactly when it is complete.
     ``vocab_size`` is the model's logits width (it may exceed the tokenizer's)."""
 
-    max_compiled = 4096  # prefix grammars are small (a few ms to compile); keep the recent ones
+    # Compiled grammars (whole-plan and plan-prefix ones) cost ~0.3 MB each and recompile in a few ms: keep the
+    # recent ones only, so memory stays flat however many shards a long-running service has decoded with.
+    max_compiled = 512
 
     def __init__(self, tokenizer, stops: Iterable[int], vocab_size: int, backend: str = DEFAULT_BACKEND):
         if backend not in BACKENDS:
@@ -504,7 +506,8 @@ class GrammarCache:
                 self._compiled[key] = self._compile(grammar)
                 self.compile_seconds[key] = time.perf_counter() - t0
                 while len(self._compiled) > self.max_compiled:
-                    self._compiled.popitem(last=False)
+                    evicted, _ = self._compiled.popitem(last=False)
+                    self.compile_seconds.pop(evicted, None)
             self._compiled.move_to_end(key)
             return self._compiled[key]
 

@@ -11,13 +11,16 @@ new ones are attached (on the engine's thread, between batches) - a second copy 
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from cachetools import LRUCache
 
 from skillbank.errors import BankError, SkillbankError
 from skillbank.memory.address import load_selector
+from skillbank.memory.execution import GRAMMARS_KEPT
 from skillbank.memory.bank import Manifest, ShardEntry, SkillBank, load_scope, read_manifest, verify_shards
 
 
@@ -28,16 +31,22 @@ class Snapshot:
     bank: SkillBank
     catalogs: dict[str, dict] = field(default_factory=dict)  # shard name -> its skills.json
     version: int = 1
-    grammars: dict = field(default_factory=dict, compare=False)  # shard name -> its grammar, built on first use
+    # shard name -> its grammar, built on first use; bounded (a bank may hold thousands of shards) and
+    # shared by request threads, hence the lock
+    grammars: LRUCache = field(default_factory=lambda: LRUCache(GRAMMARS_KEPT), compare=False)
+    _grammar_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     def grammar(self, name: str):
-        """The shard's grammar (constrained decoding), built once from its skills.json."""
-        if name not in self.grammars:
+        """The shard's grammar (constrained decoding), built from its skills.json and kept while recently used."""
+        with self._grammar_lock:
+            grammar = self.grammars.get(name)
+        if grammar is None:
             from skillbank.memory.execution import shard_grammar
             entry = self.entry(name)
-            self.grammars[name] = shard_grammar(entry, self.catalogs.get(name),
-                                                str(self.bank.root / entry.dir / "skills.json"))
-        return self.grammars[name]
+            grammar = shard_grammar(entry, self.catalogs.get(name), str(self.bank.root / entry.dir / "skills.json"))
+            with self._grammar_lock:
+                self.grammars[name] = grammar
+        return grammar
 
     @property
     def shard_names(self) -> list[str]:
