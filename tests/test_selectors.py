@@ -252,3 +252,33 @@ def test_cli_selectors_and_route_eval(tmp_path, tiny_bank, small_stream):
     assert names == {"address (hashing+NB)", "offline TF-IDF+LR", "embed-lda-nb"}
     res = runner.invoke(app, ["route-eval", "--stream", str(tmp_path / "stream"), "--selector", "epi"])
     assert res.exit_code == 2 and "need a bank" in res.output
+
+
+def test_address_compete(tmp_path, tiny_bank, small_stream):
+    """Address Memory routes; below the training-margin quantile its top k executors compete by log-prob."""
+    from skillbank.memory.execution import ShardOutputCache as OutputCache
+    keys = small_stream.family_keys
+    test = held_out(small_stream)
+    cache = OutputCache(tiny_bank.execution, batch_size=8, max_new_tokens=4)
+    plain = stage_fit(make_selector("hashing-nb"), small_stream)
+    sel = stage_fit(make_selector("address-compete", k=2, quantile=0.5, cache=cache), small_stream)
+    assert len(sel.margins_) == sum(len(small_stream.train[k]) for k in keys[1:])  # the first stage has no rival
+    margins = sel.margins(test)
+    unsure = margins < sel.threshold_
+    proba = sel.predict_proba(test)
+    assert sel.competed_ == int(unsure.sum()) and np.allclose(proba.sum(1), 1)
+    assert len(cache.outputs) == 2 * sel.competed_  # k generations per unsure request, none for the others
+    base = plain.predict_proba(test)
+    np.testing.assert_allclose(proba[~unsure], base[~unsure])  # sure requests: exactly the Address Memory
+    for i in np.flatnonzero(unsure):
+        top2 = np.argsort(-base[i])[:2]
+        scores = [cache.outputs[(keys[c], test[i])].mean_logprob for c in top2]
+        assert sel.predict([test[i]])[0] == keys[top2[int(np.argmax(scores))]]
+    sel.save(tmp_path / "compete")
+    assert_no_requests_saved(tmp_path / "compete", [r.request for k in keys for r in small_stream.train[k]])
+    back = load_selector(tmp_path / "compete", cache=cache)
+    assert back.threshold_ == sel.threshold_
+    np.testing.assert_allclose(back.predict_proba(test), proba)
+    for bad in ({"k": 1}, {"quantile": 0.0}, {"quantile": 1.0}):
+        with pytest.raises(SelectorError):
+            make_selector("address-compete", **bad)

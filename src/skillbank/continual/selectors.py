@@ -31,7 +31,8 @@ from skillbank.model.serialization import decode_output
 Say = Callable[[str], None]
 
 #: every selector kind, in report order
-ALL_SELECTORS = ("oracle", "hashing-nb", "tfidf-logreg", "embed-lda-nb", "epi", "adaptercl", "self-route")
+ALL_SELECTORS = ("oracle", "hashing-nb", "tfidf-logreg", "embed-lda-nb", "epi", "adaptercl", "self-route",
+                 "address-compete")
 LABELS = {
     "oracle": "Oracle (gold family)",
     "hashing-nb": "FSM Address (hashing+NB)",
@@ -40,6 +41,7 @@ LABELS = {
     "epi": "EPI (base hidden states, Mahalanobis)",
     "adaptercl": "AdapterCL (request perplexity)",
     "self-route": "Self-route (max mean log-prob)",
+    "address-compete": "FSM Address, top-3 compete when unsure",
 }
 
 
@@ -145,7 +147,7 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
     context = {"oracle": {"gold": gold},
                "epi": {"featurizer": BaseHiddenStates(bank.execution.base, batch_size=batch_size, memo=True)},
                "adaptercl": {"scorer": AdapterRequestNLL(bank.execution, batch_size=batch_size, memo=True)},
-               "self-route": {"cache": cache}}
+               "self-route": {"cache": cache}, "address-compete": {"cache": cache}}
     memoize_encoders()
     if "self-route" in kinds:
         # Self-route needs every shard's output for every request; one call lets each shard batch them all.
@@ -170,6 +172,10 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
                 cost[kind]["route_seconds"] += time.perf_counter() - t1
                 cost[kind]["routed"] += len(seen)
             routes[order_name][kind] = per_stage
+            if kind == "address-compete":  # how many of the final prefix's requests paid for k generations
+                cost[kind]["competed_final"] += sel.competed_
+                cost[kind]["routed_final"] += len(per_stage[-1])
+                cost[kind]["threshold"] = sel.threshold_
             if say:
                 final = per_stage[-1]
                 seen = [r for k in order for r in tests[k]]
@@ -228,6 +234,10 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
     # Self-route's generations were made up front): not a routing cost. bench/route_selectors.py measures that.
     record["eval_seconds"] = {k: {"fit": round(v["fit_seconds"], 3), "route": round(v["route_seconds"], 3),
                                   "routed": int(v["routed"])} for k, v in cost.items()}
+    if "address-compete" in cost:
+        c = cost["address-compete"]
+        record["compete"] = {"competed_final": int(c["competed_final"]), "routed_final": int(c["routed_final"]),
+                             "threshold": round(c["threshold"], 3)}
     record["timing"] = {"generate_seconds": round(cache.generate_seconds, 1), "outputs": len(cache.outputs),
                         "outputs_reused": cache.reused, "evaluate_seconds": round(time.perf_counter() - t_start, 1)}
     (out / "selectors.json").write_text(json.dumps(record, indent=1) + "\n")

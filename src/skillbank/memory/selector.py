@@ -35,6 +35,7 @@ SELECTOR_KINDS = {
     "adaptercl": "skillbank.memory.selectors.model_based:AdapterCLSelector",
     "self-route": "skillbank.memory.selectors.model_based:SelfRouteSelector",
     "oracle": "skillbank.memory.selectors.model_based:OracleSelector",
+    "address-compete": "skillbank.memory.selectors.model_based:AddressCompeteSelector",
 }
 
 

@@ -361,3 +361,97 @@ class OracleSelector(_ShardListSelector):
                 raise SelectorError(f"request {i}'s gold family {family!r} has not been learned; learned: {self.classes_}")
             proba[i, self.classes_.index(family)] = 1.0
         return proba
+
+
+# -- Address Memory, with the top candidates competing when it is unsure ----------------------------
+class AddressCompeteSelector(Selector):
+    """The Address Memory (hashing + Naive Bayes) routes; where it is unsure, the executors of its top ``k``
+    candidates each generate and the output with the highest mean token log-probability wins (Self-route
+    restricted to those ``k``).
+
+    "Unsure" is a top-2 margin - the log posterior ratio of the best to the second-best family - below a
+    threshold chosen on training requests only: the ``quantile`` of the margins the training requests had
+    just after their own stage was learned. Only those margins (numbers) are kept, never the requests, so the
+    selector stays replay-free. A request with a clear margin costs what the Address Memory costs; one that
+    competes costs ``k`` generations instead of one.
+
+    Context (not saved): ``execution`` or ``cache`` as for :class:`SelfRouteSelector`.
+    """
+
+    kind = "address-compete"
+    replay_free = True
+
+    def __init__(self, k: int = 3, quantile: float = 0.1, n_features: int = 2**18, alpha: float = 0.01,
+                 batch_size: int = 8, max_new_tokens: int = 256, execution=None, cache=None):
+        if not isinstance(k, int) or k < 2:
+            raise SelectorError(f"k (candidates that compete) must be an integer >= 2, got {k!r}")
+        if not 0 < quantile < 1:
+            raise SelectorError(f"quantile must be in (0, 1), got {quantile!r}")
+        from skillbank.memory.address import HashingNBAddress
+        self.k, self.quantile = k, float(quantile)
+        self.address = HashingNBAddress(n_features=n_features, alpha=alpha)
+        self.self_route = SelfRouteSelector(batch_size, max_new_tokens, execution=execution, cache=cache)
+        self.reset()
+
+    def reset(self) -> None:
+        self.address.reset()
+        self.classes_: list[str] = []
+        self.margins_ = np.zeros(0)
+        self.competed_ = 0  # requests routed by competition in the last predict_proba call
+
+    def get_params(self) -> dict:
+        return {"k": self.k, "quantile": self.quantile, "n_features": self.address.n_features,
+                "alpha": self.address.alpha, **self.self_route.get_params()}
+
+    @property
+    def threshold_(self) -> float:
+        self._check_fitted()
+        return float(np.quantile(self.margins_, self.quantile))
+
+    def margins(self, requests: Sequence[str]) -> np.ndarray:
+        """Top-2 margin of each request: log p(best family) - log p(second); +inf with a single family."""
+        jll = self.address.joint_log_likelihood(check_requests(requests))
+        if jll.shape[1] < 2:
+            return np.full(len(jll), np.inf)
+        top2 = np.sort(jll, axis=1)[:, -2:]
+        return top2[:, 1] - top2[:, 0]
+
+    def partial_fit(self, requests, labels) -> "AddressCompeteSelector":
+        reqs = check_requests(requests)
+        self.address.partial_fit(reqs, labels)
+        self.classes_ = list(self.address.classes_)
+        self.self_route.classes_ = self.classes_
+        fresh = self.margins(reqs)
+        self.margins_ = np.concatenate([self.margins_, fresh[np.isfinite(fresh)]])
+        return self
+
+    def predict_proba(self, requests) -> np.ndarray:
+        self._check_fitted()
+        reqs = check_requests(requests)
+        proba = self.address.predict_proba(reqs)
+        if len(self.classes_) < 2 or not len(self.margins_):
+            self.competed_ = 0
+            return proba
+        unsure = np.flatnonzero(self.margins(reqs) < self.threshold_)
+        self.competed_ = len(unsure)
+        if not len(unsure):
+            return proba
+        k = min(self.k, len(self.classes_))
+        candidates = np.argsort(-proba[unsure], axis=1)[:, :k]
+        pairs = [(self.classes_[c], reqs[i]) for i, row in zip(unsure, candidates) for c in row]
+        outputs = self.self_route.cache().get(pairs)
+        for n, (i, row) in enumerate(zip(unsure, candidates)):
+            scores = np.array([o.mean_logprob for o in outputs[n * k:(n + 1) * k]])
+            proba[i] = 0.0
+            proba[i, row] = _softmax(scores[None, :])[0]  # the competitors share the mass, best first
+        return proba
+
+    def _state(self):
+        state, arrays = self.address._state()
+        return state, {**arrays, "margins": self.margins_}
+
+    def _set_state(self, state, arrays):
+        self.address._set_state(state, {k: v for k, v in arrays.items() if k != "margins"})
+        self.classes_ = list(self.address.classes_)
+        self.self_route.classes_ = self.classes_
+        self.margins_ = np.asarray(arrays.get("margins", np.zeros(0)), dtype=float)
