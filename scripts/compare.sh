@@ -21,7 +21,7 @@ CONFIG=${CONFIG:-configs/compare.toml}
 JOBS=${JOBS:-32}
 PY=${PYTHON:-python3}
 FSM_PARALLEL=${FSM_PARALLEL:-5}
-JOB_ORDER=${JOB_ORDER:-"fsm sft replay lwf ewc olora progressive base-skill base-oracle-fields diagnose"}
+JOB_ORDER=${JOB_ORDER:-"fsm sft replay lwf ewc olora stacked progressive-routed base-skill base-oracle-fields diagnose"}
 mkdir -p "$RUN/logs"
 export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 start=$(date +%s)

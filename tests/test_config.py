@@ -31,3 +31,33 @@ def test_shipped_configs_parse():
     t = paper.train_config()
     assert (t.rank, t.lr, t.epochs, t.batch_size * t.grad_accum) == (16, 4e-4, 6, 8)
     assert paper.eval.max_new_tokens == 768 and paper.eval.orders == ["O1", "O2"]
+
+
+def test_method_params_check_each_baselines_own_settings():
+    with pytest.raises(ConfigError, match=r"\[method_params.replay\]: the Replay budget is per_stage .* not both"):
+        RunConfig.from_dict({"methods": ["replay"], "method_params": {"replay": {"per_stage": 10, "fraction": 0.1}}})
+    with pytest.raises(ConfigError, match=r"\[method_params.replay\] fraction"):
+        RunConfig.from_dict({"methods": ["replay"], "method_params": {"replay": {"fraction": 2}}})
+    with pytest.raises(ConfigError, match=r"\[method_params.olora\] target_modules"):
+        RunConfig.from_dict({"methods": ["olora"], "method_params": {"olora": {"target_modules": []}}})
+    cfg = RunConfig.from_dict({"methods": ["replay", "olora", "lwf"], "method_params": {
+        "replay": {"fraction": 0.1}, "olora": {"rank": 8, "target_modules": ["q_proj", "v_proj"]}}})
+    saved = cfg.resolved()["method_params"]
+    assert saved["replay"] == {"fraction": 0.1}  # the unset budget is not written
+    assert saved["olora"] == {"lambda_orth": 0.5, "lambda_l2": 0.0, "rank": 8, "target_modules": ["q_proj", "v_proj"]}
+    assert saved["lwf"] == {"temperature": 2.0, "weight": 1.0, "t_squared": False}
+
+
+def test_the_deprecated_progressive_name_still_parses_for_saved_runs():
+    saved = RunConfig.from_dict({"methods": ["sft", "progressive"]})  # a config.json written before the rename
+    assert saved.method_params_for("progressive").model_dump() == {}
+    with pytest.raises(ConfigError, match="unknown method 'progresive'.*progressive-routed"):
+        RunConfig.from_dict({"methods": ["progresive"]})
+
+
+def test_compare_config_runs_every_registered_method():
+    from pathlib import Path
+    from skillbank.continual.methods.registry import method_names
+    cfg = RunConfig.from_toml(Path(__file__).resolve().parents[1] / "configs" / "compare.toml")
+    assert cfg.methods == method_names()
+    assert cfg.method_params_for("lwf").t_squared is False and cfg.method_params_for("replay").per_stage == 100

@@ -19,16 +19,50 @@ def _record(**methods):
 
 
 def _paper_like():
-    return dict(sft=_entry(0.15, -0.60), lwf=_entry(0.15, -0.55), ewc=_entry(0.10, -0.50),
-                olora=_entry(0.15, -0.65), progressive=_entry(0.50, -0.09), replay=_entry(0.68, -0.02),
-                fsm=_entry(0.66, -0.04))
+    return {"sft": _entry(0.15, -0.60), "lwf": _entry(0.15, -0.55), "ewc": _entry(0.10, -0.50),
+            "olora": _entry(0.15, -0.65), "progressive-routed": _entry(0.50, -0.09), "replay": _entry(0.68, -0.02),
+            "fsm": _entry(0.66, -0.04)}
 
 
 def test_a_run_like_the_papers_holds_every_finding():
     found = check_findings(_record(**_paper_like()))
-    assert {(f.key, f.order) for f in found} == {(k, o) for k in ("forgetting", "retention", "beats-progressive",
+    assert {(f.key, f.order) for f in found} == {(k, o) for k in ("forgetting", "retention", "beats-progressive-routed",
                                                                  "replay-reference") for o in ("O1", "O2")}
     assert {f.verdict for f in found} == {"holds"}
+    beats = next(f for f in found if f.key == "beats-progressive-routed")
+    assert beats.claim == "FSM beats Progressive-LoRA (routed: Address Memory) on macro EM"
+    assert "vs Progressive-LoRA (routed: Address Memory) 50.0" in beats.evidence
+
+
+def test_each_reading_of_progressive_lora_is_its_own_named_finding():
+    m = _paper_like()
+    m["stacked"] = _entry(0.70, -0.60)           # the summed, unrouted stack above FSM
+    found = {f.key: f for f in check_findings(_record(**m)) if f.order == "O1"}
+    assert found["beats-progressive-routed"].verdict == "holds"
+    stacked = found["beats-stacked"]
+    assert stacked.verdict == "does not hold" and "Stacked-LoRA (summed, unrouted)" in stacked.claim
+    # a replay-free reading above Replay fails the Replay finding, named
+    assert "not as the paper: Stacked-LoRA (summed, unrouted)" in found["replay-reference"].evidence
+
+
+def test_a_run_saved_before_the_rename_is_judged_under_its_old_name():
+    m = _paper_like()
+    del m["progressive-routed"]
+    m["progressive"] = _entry(0.14, -0.63)       # what `progressive` ran: the summed, unrouted stack
+    found = {f.key: f for f in check_findings(_record(**m)) if f.order == "O2"}
+    old = found["beats-progressive"]
+    assert old.verdict == "holds" and "run as 'progressive'" in old.claim
+    assert "beats-progressive-routed" not in found  # only the readings the run has are judged
+    assert found["replay-reference"].verdict == "holds"
+
+
+def test_without_any_reading_the_routed_one_is_not_measured():
+    m = _paper_like()
+    del m["progressive-routed"]
+    found = {f.key: f for f in check_findings(_record(**m)) if f.order == "O1"}
+    beats = found["beats-progressive-routed"]
+    assert beats.verdict == "not measured" and "Progressive-LoRA (routed: Address Memory) not run" in beats.evidence
+    assert found["replay-reference"].verdict == "not measured"
 
 
 def test_each_finding_can_fail():
@@ -44,10 +78,10 @@ def test_each_finding_can_fail():
 
 def test_unfinished_or_missing_methods_are_not_judged():
     m = _paper_like()
-    m["progressive"] = _entry(0.70, 0.0, complete=False)   # would beat FSM, but only after stage 3
+    m["progressive-routed"] = _entry(0.70, 0.0, complete=False)   # would beat FSM, but only after stage 3
     del m["replay"]
     found = {f.key: f for f in check_findings(_record(**m)) if f.order == "O2"}
-    prog = found["beats-progressive"]
+    prog = found["beats-progressive-routed"]
     assert prog.verdict == "not measured" and "stopped after stage 3" in prog.evidence
     replay = found["replay-reference"]
     assert replay.verdict == "not measured" and "Replay not run" in replay.evidence

@@ -33,10 +33,84 @@ def test_canonical_ignores_argument_and_link_order_and_duplicate_links():
     assert g1.canonical_key() == g2.canonical_key()
 
 
-def test_canonical_keeps_node_order():
+def test_canonical_keeps_node_order_but_the_key_does_not_depend_on_it():
     g1 = TaskGraph.from_dict(graph_dict([(A, []), (B, [])]))
     g2 = TaskGraph.from_dict(graph_dict([(B, []), (A, [])]))
-    assert g1.canonical_key() != g2.canonical_key()
+    assert g1.canonical().tasks == (A, B) and g2.canonical().tasks == (B, A)  # stored records keep their order
+    assert g1.canonical_dag() == g2.canonical_dag()
+    assert g1.canonical_key() == g2.canonical_key()
+
+
+D = "TaskBench::t1_daily_life::print_document"
+
+
+def test_dag_order_renumbers_references_and_ignores_the_listing():
+    # C consumes A (as 'content') and B (as 'email_address'); A and B are independent.
+    listed = TaskGraph.from_dict(graph_dict([(A, [("bill", "gas")]), (B, [("topic", "x")]),
+                                             (C, [("content", "<node-0>"), ("email_address", "<node-1>")])]))
+    swapped = TaskGraph.from_dict(graph_dict([(B, [("topic", "x")]), (A, [("bill", "gas")]),
+                                              (C, [("content", "<node-1>"), ("email_address", "<node-0>")])]))
+    assert listed.canonical() != swapped.canonical()
+    assert listed.canonical_dag() == swapped.canonical_dag()
+    assert listed.canonical_key() == swapped.canonical_key()
+    # attend_meeting_online < daily_bill_payment < send_email: B first, references renumbered to match
+    dag = listed.canonical_dag()
+    assert dag.tasks == (B, A, C)
+    assert dag.nodes[2].arguments == (Argument("content", "<node-1>"), Argument("email_address", "<node-0>"))
+    assert swapped.canonical_order() == [0, 1, 2] and listed.canonical_order() == [1, 0, 2]
+    assert dag.canonical_dag() == dag  # idempotent
+    # a different DAG: the same nodes, but C takes A's output as its address and B's as its content
+    other = TaskGraph.from_dict(graph_dict([(A, [("bill", "gas")]), (B, [("topic", "x")]),
+                                            (C, [("content", "<node-1>"), ("email_address", "<node-0>")])]))
+    assert other.canonical_key() != listed.canonical_key()
+    assert other.canonical_links() == listed.canonical_links()  # the links alone do not tell them apart
+
+
+def test_dag_order_follows_declared_links_and_leaves_chains_and_single_nodes_alone():
+    # daily-life style: dependencies only in task_links; the consumer comes after its producers
+    g1 = TaskGraph.from_dict(graph_dict([(C, []), (A, []), (D, [])], [(A, D), (C, D)]))
+    g2 = TaskGraph.from_dict(graph_dict([(A, []), (C, []), (D, [])], [(C, D), (A, D)]))
+    assert g1.canonical_dag() == g2.canonical_dag() and g1.canonical_dag().tasks == (A, C, D)
+    # a chain has one topological order: the listed one, even against the key order
+    chain = TaskGraph.from_dict(graph_dict([(C, [("content", "hi")]), (B, [("topic", "<node-0>")]),
+                                            (A, [("bill", "<node-1>")])]))
+    assert chain.canonical_dag() == chain.canonical()
+    linked = TaskGraph.from_dict(graph_dict([(C, []), (A, [])], [(C, A)]))
+    assert linked.canonical_dag() == linked.canonical()
+    single = TaskGraph.from_dict(graph_dict([(C, [("email_address", "a@b.c"), ("content", "hi")])]))
+    assert single.canonical_dag() == single.canonical()
+
+
+def test_dag_order_with_repeated_skills_is_deterministic():
+    # two identical A nodes feeding B and C: which A is listed first must not matter
+    g1 = TaskGraph.from_dict(graph_dict([(A, [("bill", "gas")]), (A, [("bill", "gas")]),
+                                         (B, [("topic", "<node-0>")]), (C, [("content", "<node-1>")])]))
+    g2 = TaskGraph.from_dict(graph_dict([(A, [("bill", "gas")]), (A, [("bill", "gas")]),
+                                         (B, [("topic", "<node-1>")]), (C, [("content", "<node-0>")])]))
+    g3 = TaskGraph.from_dict(graph_dict([(A, [("bill", "gas")]), (C, [("content", "<node-0>")]),
+                                         (A, [("bill", "gas")]), (B, [("topic", "<node-2>")])]))
+    assert g1.canonical_key() == g2.canonical_key() == g3.canonical_key()
+    assert [n.arguments for n in g1.canonical_dag().nodes[2:]] == [(Argument("topic", "<node-0>"),),
+                                                                  (Argument("content", "<node-1>"),)]
+    # same skill, different arguments: ordered by the arguments
+    g4 = TaskGraph.from_dict(graph_dict([(A, [("bill", "water")]), (A, [("bill", "gas")])]))
+    assert [n.arguments[0].value for n in g4.canonical_dag().nodes] == ["gas", "water"]
+    # B fed by the gas bill vs by the water bill: different graphs
+    g5 = TaskGraph.from_dict(graph_dict([(A, [("bill", "water")]), (A, [("bill", "gas")]), (B, [("topic", "<node-0>")])]))
+    g6 = TaskGraph.from_dict(graph_dict([(A, [("bill", "gas")]), (A, [("bill", "water")]), (B, [("topic", "<node-0>")])]))
+    assert g5.canonical_key() != g6.canonical_key()
+
+
+def test_dag_order_renumbers_references_inside_longer_values():
+    g1 = TaskGraph.from_dict(graph_dict([(A, [("bill", "gas")]), (B, [("topic", "x")]),
+                                         (C, [("content", "see <node-0>")])]))
+    g2 = TaskGraph.from_dict(graph_dict([(B, [("topic", "x")]), (A, [("bill", "gas")]),
+                                         (C, [("content", "see <node-1>")])]))
+    assert g1.canonical_key() == g2.canonical_key()
+    assert g1.canonical_dag().nodes[2].arguments == (Argument("content", "see <node-1>"),)
+    # a forward reference inside text is no dependency we can order by: the listing is kept
+    fwd = TaskGraph.from_dict(graph_dict([(C, [("content", "see <node-1>")]), (A, [("bill", "gas")])]))
+    assert fwd.canonical_dag() == fwd.canonical()
 
 
 def test_reference_implies_link_in_canonical_form():

@@ -1,8 +1,8 @@
 import pytest
 
 from skillbank.graph import TaskGraph
-from skillbank.metrics import (AccuracyMatrix, aggregate, failure_kind, multiset_f1, route_accuracy, score_example,
-                               task_macro, taskbench_f1)
+from skillbank.metrics import (AccuracyMatrix, aggregate, failure_kind, graph_links, multiset_f1, route_accuracy,
+                               score_example, task_macro, taskbench_f1)
 
 A, B, C = "S::f::a", "S::f::b", "S::f::c"
 
@@ -29,10 +29,31 @@ def test_wrong_value_breaks_em_but_not_tool_choice():
     assert s.arg_f1 == pytest.approx(2 / 3)
 
 
-def test_swapped_order_keeps_node_set_but_not_tool_choice():
+def test_reversed_dependency_keeps_node_set_but_not_tool_choice():
+    pred = g([(B, [("z", "q")]), (A, [("x", "1"), ("y", "<node-0>")])])  # B -> A instead of A -> B
+    s = score_example(GOLD, pred)
+    assert (s.graph_em, s.tool_choice, s.node_set_exact, s.edge_exact) == (0, 0, 1, 0)
+
+
+def test_listing_order_of_a_link_respecting_plan_does_not_matter():
+    # B listed first, but the declared link A -> B puts it after A in canonical DAG order
     pred = g([(B, [("z", "q")]), (A, [("x", "1"), ("y", "2")])], [(A, B)])
     s = score_example(GOLD, pred)
-    assert (s.graph_em, s.tool_choice, s.node_set_exact, s.edge_exact) == (0, 0, 1, 1)
+    assert (s.graph_em, s.tool_choice, s.node_set_exact, s.edge_exact) == (0, 1, 1, 1)
+
+
+def test_independent_nodes_in_another_order_are_an_exact_match():
+    gold = g([(A, [("x", "1")]), (B, [("z", "2")]), (C, [("p", "<node-0>"), ("q", "<node-1>")])])
+    pred = g([(B, [("z", "2")]), (A, [("x", "1")]), (C, [("p", "<node-1>"), ("q", "<node-0>")])])
+    assert score_example(gold, pred).as_dict() == dict.fromkeys(
+        ["graph_em", "tool_choice", "arg_f1", "node_set_exact", "arg_value_exact", "edge_exact", "valid"], 1.0)
+    assert failure_kind(gold, pred) == "correct"
+    # C's inputs swapped: the same nodes and links, a different graph
+    wrong = g([(B, [("z", "2")]), (A, [("x", "1")]), (C, [("p", "<node-0>"), ("q", "<node-1>")])])
+    s = score_example(gold, wrong)
+    assert (s.graph_em, s.tool_choice, s.node_set_exact, s.edge_exact) == (0, 1, 1, 1)
+    assert s.arg_f1 == pytest.approx(2 / 4)  # (A,x,1) and (B,z,2) shared; C's two references are not
+    assert failure_kind(gold, wrong) == "arguments"
 
 
 def test_missing_link_breaks_edge_exactness():
@@ -71,6 +92,67 @@ def test_taskbench_f1_hand_computed():
     # TaskBench ignores predicted tools outside the catalog
     out = taskbench_f1(golds, preds, known_skills={A, B})
     assert out["node_f1"] == pytest.approx(2 / (2 + 0 + 2))
+
+
+# TaskBench-style pair (Hugging Face / multimedia bare values turned into named slots)
+D, E = "S::f::d", "S::f::e"
+TB_GOLDS = [
+    # A -> B -> C by references; only A -> B is declared
+    g([(A, [("image", "example.jpg")]), (B, [("image", "<node-0>")]), (C, [("text", "<node-1>")])], [(A, B)]),
+    g([(D, [("text", "hi")])]),
+]
+TB_PREDS = [
+    # C reads A instead of B; declares A -> B and B -> C
+    g([(A, [("image", "example.jpg")]), (C, [("text", "<node-0>")]), (B, [("image", "<node-0>")])], [(A, B), (B, C)]),
+    # an extra node E fed by D, declared too
+    g([(D, [("text", "hi")]), (E, [("text", "<node-0>")])], [(D, E)]),
+]
+
+
+def test_taskbench_edge_f1_follows_each_domains_convention():
+    # references (Hugging Face, multimedia): ex1 gold {A>B, B>C}, pred {A>B, A>C} -> tp 1, fp 1, fn 1;
+    #   ex2 gold {}, pred {D>E} -> fp 1. F1 = 2*1 / (2*1 + 2 + 1) = 0.4
+    # declared (daily life): ex1 gold {A>B}, pred {A>B, B>C} -> tp 1, fp 1; ex2 pred {D>E} -> fp 1.
+    #   F1 = 2 / (2 + 2 + 0) = 0.5
+    # canonical (skillbank: declared + implied): ex1 gold {A>B, B>C}, pred {A>B, B>C, A>C} -> tp 2, fp 1;
+    #   ex2 fp 1. F1 = 4 / (4 + 2) = 2/3
+    expected = {"huggingface": ("references", 0.4), "multimedia": ("references", 0.4),
+                "dailylifeapis": ("declared", 0.5), "references": ("references", 0.4),
+                "declared": ("declared", 0.5), "canonical": ("canonical", 2 / 3)}
+    for name, (convention, f1) in expected.items():
+        out = taskbench_f1(TB_GOLDS, TB_PREDS, convention=name)
+        assert out["edge_convention"] == convention, name
+        assert out["edge_f1"] == pytest.approx(f1), name
+        # nodes: ex1 {A,B,C} vs {A,B,C}: tp 3; ex2 {D} vs {D,E}: tp 1, fp 1 -> 8 / (8 + 1) whatever the links
+        assert out["node_f1"] == pytest.approx(8 / 9), name
+    assert taskbench_f1(TB_GOLDS, TB_PREDS)["edge_convention"] == "canonical"  # the default
+    # one convention per example (a stream mixing domains): ex1 references (tp 1, fp 1, fn 1), ex2 declared (fp 1)
+    out = taskbench_f1(TB_GOLDS, TB_PREDS, convention=["huggingface", "dailylifeapis"])
+    assert out["edge_convention"] == "per example: declared x1, references x1"
+    assert out["edge_f1"] == pytest.approx(2 / (2 + 2 + 1))
+    with pytest.raises(ValueError, match="unknown TaskBench domain or link convention 'daily'"):
+        taskbench_f1(TB_GOLDS, TB_PREDS, convention="daily")
+    with pytest.raises(ValueError, match="2 examples"):
+        taskbench_f1(TB_GOLDS, TB_PREDS, convention=["huggingface"])
+
+
+def test_reference_links_read_like_taskbench():
+    # a reference inside a longer value counts (TaskBench looks for '<node-' anywhere); the first one per value
+    graph = g([(A, [("image", "a.jpg")]), (B, [("text", "x")]), (C, [("text", "describe <node-0> and <node-1>")])])
+    assert graph_links(graph, "references") == {(A, C)}
+    assert graph_links(graph, "canonical") == set()  # not a whole-value reference: no implied link
+    assert graph_links(GOLD, "declared") == {(A, B)}
+
+
+def test_edge_f1_is_one_when_no_example_has_links():
+    golds = [g([(A, [("x", "1")])]), g([(B, [])])]
+    preds = [g([(A, [("x", "2")])]), None]
+    for convention in ("huggingface", "dailylifeapis", "canonical"):
+        out = taskbench_f1(golds, preds, convention=convention)
+        assert out["edge_f1"] == 1.0, convention
+        assert out["node_f1"] == pytest.approx(2 / (2 + 0 + 1)), convention
+    # a link on one side only is 0, as before
+    assert taskbench_f1(golds, [g([(A, []), (B, [("z", "<node-0>")])]), None], convention="references")["edge_f1"] == 0.0
 
 
 def test_route_accuracy():

@@ -44,7 +44,7 @@ def test_every_method_runs_and_fills_the_lower_triangle(tmp_path, tiny_model_dir
     for name in ("results.json", "config.json", "report.md", "report.html"):
         assert (out / name).is_file(), name
     variants = {v for m in record["methods"].values() for r in m.values() for v in r["variants"]}
-    assert variants == set(METHODS) | {"oracle", "sft+address"}
+    assert variants == set(METHODS) | {"oracle", "sft+address", "progressive-oracle"}
     for m, orders in record["methods"].items():
         r = orders[ORDER]
         for v, vr in r["variants"].items():
@@ -56,13 +56,19 @@ def test_every_method_runs_and_fills_the_lower_triangle(tmp_path, tiny_model_dir
     fsm = record["methods"]["fsm"][ORDER]["variants"]["fsm"]["summary"]
     assert fsm["route_per_stage"][0] == 1.0  # one shard: routing cannot fail
     saved = json.loads((out / "config.json").read_text())
-    assert saved["method_params"]["lwf"] == {"temperature": 2.0, "weight": 1.0}
+    assert saved["method_params"]["lwf"] == {"temperature": 2.0, "weight": 1.0, "t_squared": False}
+    assert saved["method_params"]["replay"] == {"per_stage": 2}
+    routed = record["methods"]["progressive-routed"][ORDER]["variants"]["progressive-oracle"]["summary"]
+    assert routed["route_per_stage"] == [1.0, 1.0, 1.0]  # the Oracle picks the gold family's column
     # only the last stage keeps its state; frozen-base references train nothing
     assert not (out / "methods" / "sft" / ORDER / "stage-01" / "state").exists()
     assert (out / "methods" / "sft" / ORDER / "stage-03" / "state" / "seq" / "adapter_model.safetensors").is_file()
     assert record["methods"]["base-skill"][ORDER]["timing"]["train_seconds"] == 0
     html = (out / "report.html").read_text()
-    assert "data:image/png;base64," in html and "Progressive-LoRA" in html and "<table>" in html
+    assert "data:image/png;base64," in html and "<table>" in html
+    for title in ("Stacked-LoRA (summed, unrouted)", "Progressive-LoRA (routed: Address Memory)",
+                  "Progressive-LoRA (routed: Oracle)"):
+        assert title in html
     md = (out / "report.md").read_text()
     assert "| Sequential SFT |" in md
     # every method's final predictions were re-read and classified (rows now carry the parsed graph)
@@ -157,30 +163,32 @@ def test_report_command_over_two_runs(tmp_path, tiny_model_dir):
     from typer.testing import CliRunner
     from skillbank.cli import app
     run(tiny_config(tiny_model_dir, ["sft"], name="first"), tmp_path / "a", progress=False)
+    # the deprecated name still runs (and a run saved under it reports) as what it always ran
     run(tiny_config(tiny_model_dir, ["progressive"], name="second"), tmp_path / "b", progress=False)
+    assert (tmp_path / "b" / "methods" / "progressive" / ORDER / "stage-03" / "eval.json").is_file()
     res = CliRunner().invoke(app, ["report", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "rep")])
     assert res.exit_code == 0, res.output
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "Sequential SFT [first]" in md and "Progressive-LoRA [second]" in md
+    assert "Sequential SFT [first]" in md and "Stacked-LoRA (summed, unrouted; run as 'progressive') [second]" in md
     bad = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert bad.exit_code == 2 and "no run.json" in bad.output
 
 
 def test_report_of_a_stopped_run_marks_unfinished_methods(tmp_path, tiny_model_dir, monkeypatch):
     from skillbank.report.run_report import write_report
-    cfg = tiny_config(tiny_model_dir, ["progressive"])
-    real_learn = METHODS["progressive"].learn
+    cfg = tiny_config(tiny_model_dir, ["stacked"])
+    real_learn = METHODS["stacked"].learn
 
     def dying_learn(self, t, family, records):
         if t == 3:
             raise KeyboardInterrupt
         return real_learn(self, t, family, records)
 
-    monkeypatch.setattr(METHODS["progressive"], "learn", dying_learn)
+    monkeypatch.setattr(METHODS["stacked"], "learn", dying_learn)
     with pytest.raises(KeyboardInterrupt):
         run(cfg, tmp_path / "r", progress=False)
     md = write_report([tmp_path / "r"]).read_text()
-    assert "Progressive-LoRA (stopped after stage 2)" in md
+    assert "Stacked-LoRA (summed, unrouted) (stopped after stage 2)" in md
 
 
 def test_diagnostics_trajectory_and_reactivation_controls(tmp_path, tiny_model_dir):
@@ -329,3 +337,41 @@ def test_reactivate_probes_final_checkpoints_with_the_correct_address(tmp_path, 
     probed = address_records([rec])[0]
     assert probed.request.startswith(rec.request) and probed.request.endswith(", ".join(rec.graph.tasks))
     assert probed.graph == rec.graph and probed.id == rec.id
+
+
+def test_a_validation_run_trains_without_the_split_and_evaluates_on_it(tmp_path, tiny_model_dir, monkeypatch):
+    cfg = tiny_config(tiny_model_dir, ["sft"], stream={"source": "builtin", "train_per_family": 5, "test_per_family": 2,
+                                                       "validation_per_family": 2},
+                      eval={"orders": ["T1,T2"], "max_new_tokens": 6, "batch_size": 4, "split": "validation"})
+    stream = runner_mod.build_run_stream(cfg)
+    val_ids = {r.id for recs in stream.validation.values() for r in recs}
+    test_ids = {r.id for recs in stream.test.values() for r in recs}
+    trained = []
+    real = METHODS["sft"].learn
+    monkeypatch.setattr(METHODS["sft"], "learn", lambda self, t, f, r: trained.extend(x.id for x in r) or real(self, t, f, r))
+    run(cfg, tmp_path / "r", progress=False, report=False)
+    assert trained and not set(trained) & val_ids and not set(trained) & test_ids
+    saved = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert saved["stream"]["validation_per_family"] == 2 and saved["eval"]["split"] == "validation"
+    odir = tmp_path / "r" / "methods" / "sft" / "T1,T2"
+    ev = json.loads((odir / "stage-02" / "eval.json").read_text())
+    assert ev["split"] == "validation" and all(m["n"] == 2 for m in ev["variants"]["sft"]["tasks"].values())
+    predicted = {json.loads(line)["id"] for line in (odir / "predictions.jsonl").read_text().splitlines()}
+    assert predicted and predicted <= val_ids
+
+
+def test_runs_saved_before_the_validation_split_existed_resume(tmp_path, tiny_model_dir):
+    cfg = tiny_config(tiny_model_dir, ["base-oracle-fields"])
+    run(cfg, tmp_path / "r", progress=False, report=False)
+    path = tmp_path / "r" / "config.json"
+    saved = json.loads(path.read_text())
+    for section, key in (("stream", "validation_per_family"), ("stream", "validation_fraction"), ("eval", "split")):
+        del saved[section][key]
+    path.write_text(json.dumps(saved))
+    run(cfg, tmp_path / "r", progress=False, report=False)  # no "another configuration" error
+    ev = json.loads((tmp_path / "r" / "methods" / "base-oracle-fields" / ORDER / "stage-01" / "eval.json").read_text())
+    assert "split" not in ev  # test-split runs write what they always wrote
+    with pytest.raises(ConfigError, match="another configuration.*stream"):
+        run(tiny_config(tiny_model_dir, ["base-oracle-fields"], stream={
+            "source": "builtin", "train_per_family": 4, "test_per_family": 2, "validation_per_family": 1}),
+            tmp_path / "r", progress=False, report=False)

@@ -246,6 +246,42 @@ def test_default_split_puts_the_whole_sample_in_training(stream):
         "t4_vision_document": (24, 0), "t5_generation_editing": (42, 0)}
 
 
+def test_default_split_warns_that_no_family_has_held_out_records(stream):
+    warnings = stream.report["warnings"]
+    assert len(warnings) == 5
+    assert warnings[0] == ("family t1_daily_life: no held-out records: all 59 go to training "
+                           "(train_per_family=1000); lower --train-per-family below 59")
+    assert tb.load_taskbench(SHARED, train_per_family=20).report["warnings"] == []
+    assert tb.split_warnings({"a": {"records": 0, "train": 0, "test": 0},
+                              "b": {"records": 5, "train": 2, "test": 0},
+                              "c": {"records": 5, "train": 2, "test": 3}}, 2) == [
+        "family a: no records loaded, so nothing to train on or hold out",
+        "family b: no held-out records (5 records, 2 in training; test_per_family is 0)"]
+
+
+def test_stream_build_prints_the_warning_and_the_drop_reasons(tmp_path):
+    from typer.testing import CliRunner
+
+    from skillbank.cli import app
+    args = ["stream", "build", "--source", "taskbench", "--taskbench-root", str(SHARED)]
+    r = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "all")], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "warning: family t5_generation_editing: no held-out records: all 42 go to training" in r.output
+    assert r.output.count("warning: family") == 5
+    assert "huggingface: dropped 54 of 119 records: bad_argument x4, cross_family x38, unknown_tool x12" in r.output
+    assert "  unknown_argument_name: 13364607: " in r.output and "bill_type" in r.output
+    r = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "split"), "--train-per-family", "20"],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "warning:" not in r.output and "dropped 8 of 67 records" in r.output
+
+
+def test_domain_of_a_record_id():
+    assert tb.domain_of("multimedia-45760948") == "multimedia"
+    assert tb.domain_of("dailylifeapis-1") == "dailylifeapis"
+    assert tb.domain_of("t1-0001") is None and tb.domain_of("huggingface") is None
+
+
 def _ids(s: Stream) -> dict:
     return {k: ([r.id for r in s.train[k]], [r.id for r in s.test[k]]) for k in s.family_keys}
 

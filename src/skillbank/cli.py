@@ -85,6 +85,20 @@ def stream_build(
     stream = build_stream(source, taskbench_root, hub, seed, train_per_family, test_per_family, families, structures)
     stream.save(out_dir)
     print_stream_summary(stream)
+    for domain, rep in (stream.report or {}).get("domains", {}).items():  # TaskBench: what loading dropped
+        dropped = rep.get("dropped") or {}
+        if dropped:
+            err.print(f"{domain}: dropped {sum(dropped.values())} of {rep.get('records')} records: "
+                      + ", ".join(f"{reason} x{n}" for reason, n in dropped.items()), markup=False, highlight=False, soft_wrap=True)
+            for reason, examples in (rep.get("examples") or {}).items():
+                for ex in examples:
+                    err.print(f"  {reason}: {ex['id']}: {ex['detail']}", markup=False, highlight=False, soft_wrap=True)
+    warnings = (stream.report or {}).get("warnings")
+    if warnings is None:  # sources whose report does not list them: same check on the split itself
+        warnings = [f"family {key}: no held-out records ({s['train']} in training)"
+                    for key, s in stream.summary().items() if not s["test"]]
+    for line in warnings:
+        err.print(f"warning: {line}", style="bold yellow", markup=False, highlight=False, soft_wrap=True)
     err.print(f"wrote {out_dir}")
 
 
@@ -912,6 +926,41 @@ def run(config: Path = typer.Option(..., help="Run configuration (TOML), e.g. co
     An interrupted run continues from its last finished stage when rerun with the same --out. Under
     `accelerate launch -m skillbank run ...` training uses every process's GPU."""
     _run(config, out_dir, method, order, restart, parallel_stages, write_report)
+
+
+@app.command()
+@friendly_errors
+def sweep(config: Optional[Path] = typer.Option(None, help="Sweep configuration (TOML): a run config plus [sweep], "
+                                                "e.g. configs/sweep.toml."),
+          out_dir: Path = typer.Option(Path("runs/sweep"), "--out", help="Sweep directory (resumed if it exists)."),
+          plan_only: bool = typer.Option(False, "--plan", help="Check the grid and print the plan and its cost "
+                                         "estimate; train nothing."),
+          selected: bool = typer.Option(False, "--selected-toml", help="Print the selected values of the sweep in "
+                                        "--out as [method_params]/[train] blocks for configs/compare.toml; run nothing.")):
+    """Screen each method's own hyperparameters on two-stage runs evaluated on a validation split (never the
+    held-out requests); select by a rule fixed in advance; write sweep.json and a report (sweep.md + PNG).
+
+    An interrupted sweep continues from its finished points (and stages) when rerun with the same --out."""
+    from skillbank.continual.sweep import SELECTION_RULE, load_sweep, plan_sweep, run_sweep, selected_toml
+    if selected:
+        print(selected_toml(load_sweep(out_dir)), end="")
+        return
+    if config is None:
+        raise typer.BadParameter("give --config (to run or plan a sweep) or --selected-toml (to read one)")
+    from skillbank.config import SweepConfig
+    cfg = SweepConfig.from_toml(config)
+    if plan_only:
+        plan = plan_sweep(cfg)
+        for p in plan.points:
+            out.print(f"{p.method:8s} #{p.index:<2d} {p.label}", highlight=False, soft_wrap=True)
+        out.print(plan.describe(), highlight=False, soft_wrap=True)
+        out.print(f"selection rule: {SELECTION_RULE}", highlight=False, soft_wrap=True)
+        return
+    record = run_sweep(cfg, out_dir, say=lambda m: err.print(m, highlight=False))
+    from skillbank.report.sweep import sweep_table
+    out.print(sweep_table(record))
+    err.print(f"sweep.json and the report (sweep.md, sweep-curves.png) in {out_dir}/; the selection for "
+              f"configs/compare.toml: skillbank sweep --out {out_dir} --selected-toml")
 
 
 @app.command()

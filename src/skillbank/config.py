@@ -1,13 +1,14 @@
 """Typed run configuration: one TOML file feeds the Python API, the CLI and the saved run record.
 
-    methods    the methods to compare (skillbank.continual.methods.METHODS), default ["fsm"]
+    methods    the methods to compare (names in skillbank.continual.methods.registry), default ["fsm"]
     [method_params.<name>]  a method's own hyperparameters (LwF temperature, EWC lambda, ...)
     [runner]   parallel FSM stages, whether to keep every stage's state
     [stream]   which benchmark stream and how much of it (source, path, seed, sizes)
     [base]     the frozen base model (skillbank.model.base.BaseModelConfig)
     [train]    one executor's LoRA recipe (skillbank.train.executor.TrainConfig)
     [address]  the Address Memory kind and its hyperparameters
-    [eval]     task orders, generation cap and batch size
+    [eval]     task orders, generation cap and batch size, the split evaluated (test, or validation for tuning)
+    [sweep]    sweep configs only (SweepConfig, ``skillbank sweep``): screens and each method's grid
 
 Unknown keys are errors (a typo must not silently fall back to a default). The resolved configuration
 is written next to every run's results as ``config.json``.
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from skillbank.errors import SkillbankError
 
@@ -43,6 +44,20 @@ class StreamSettings(_Strict):
     seed: int = 0
     train_per_family: int = Field(1000, ge=1)
     test_per_family: Optional[int] = Field(None, ge=1, description="held-out requests per family; unset = all (built-in: 300)")
+    validation_per_family: Optional[int] = Field(None, ge=1, description="training requests per family moved to a "
+                                                 "validation split (seeded, never a held-out request); unset = none")
+    validation_fraction: Optional[float] = Field(None, gt=0, lt=1, description="the same as a fraction of each "
+                                                 "family's training requests (instead of validation_per_family)")
+
+    @model_validator(mode="after")
+    def _one_validation_size(self):
+        if self.validation_per_family is not None and self.validation_fraction is not None:
+            raise ValueError("give validation_per_family or validation_fraction, not both")
+        return self
+
+    @property
+    def has_validation(self) -> bool:
+        return self.validation_per_family is not None or self.validation_fraction is not None
 
 
 class BaseSettings(_Strict):
@@ -64,6 +79,9 @@ class EvalSettings(_Strict):
     batch_size: int = Field(8, ge=1)
     constrain: bool = Field(True, description="decode with the answering model's grammar: only the skills it "
                                               "learned and their declared arguments (skillbank.model.constrain)")
+    split: Literal["test", "validation"] = Field("test", description="which requests each stage is evaluated on: "
+                                                 "the held-out test set, or the validation split carved from the "
+                                                 "training requests ([stream] validation_per_family), for tuning")
 
     @field_validator("orders")
     @classmethod
@@ -77,6 +95,35 @@ class RunnerSettings(_Strict):
     parallel_stages: int = Field(1, ge=1, description="FSM: train this many stages at once in worker processes "
                                                        "(its executors are independent given their data)")
     keep_states: bool = Field(False, description="keep every stage's method state (adapters) instead of the last")
+
+
+class SweepSettings(_Strict):
+    """``[sweep]``: a hyperparameter screen (``skillbank sweep``, :mod:`skillbank.continual.sweep`).
+
+    ``grid.<method>`` is one block (``[sweep.grid.lwf]``) or several (``[[sweep.grid.olora]]``); a block maps
+    each of the method's own parameters, and under ``train.`` each [train] field, to a list of values (an
+    axis) or one value (fixed); its points are the product of its axes, in the order written, and a
+    method's grid is its blocks' points one after another. A list-valued parameter (``target_modules``)
+    takes a list as one value and a list of lists as an axis. Names and values are checked by the sweep
+    before any training."""
+    orders: list[str] = Field(default_factory=lambda: ["O1", "O2"], description="each order's first `stages` "
+                                                                                 "families are one screen")
+    stages: int = Field(2, ge=2, description="stages per screen (2: each order's first transition)")
+    grid: dict[str, list[dict]] = Field(default_factory=dict, description="method -> blocks of axes")
+
+    @field_validator("grid", mode="before")
+    @classmethod
+    def _blocks(cls, v):
+        if isinstance(v, dict):
+            return {m: [b] if isinstance(b, dict) else b for m, b in v.items()}
+        return v
+
+    @field_validator("orders")
+    @classmethod
+    def _some_order(cls, v):
+        if not v:
+            raise ValueError("at least one order")
+        return v
 
 
 class RunConfig(_Strict):
@@ -99,15 +146,22 @@ class RunConfig(_Strict):
         return TrainConfig.from_dict(self.train)
 
     def method_params_for(self, name: str):
-        """The typed hyperparameters of method ``name`` (defaults filled in)."""
-        from skillbank.continual.methods import method_class
-        cls = method_class(name)
+        """The typed hyperparameters of method ``name`` (defaults filled in). The name resolves through the
+        method registry (``skillbank.continual.methods.registry``), imported on use; it names each method by
+        module path, imports only that method's module, and never imports this one (no import cycle)."""
+        from skillbank.continual.methods.registry import UnknownMethodError, method_class
+        try:
+            cls = method_class(name)
+        except UnknownMethodError as exc:
+            raise ConfigError(str(exc)) from None
         try:
             return cls.Params.model_validate(self.method_params.get(name, {}))
         except ValidationError as exc:
             first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first["loc"])
-            raise ConfigError(f"[method_params.{name}] {loc}: {first['msg']} (got {first.get('input')!r})") from None
+            loc = ".".join(str(p) for p in first["loc"])  # empty for a check across fields
+            where = f"[method_params.{name}] {loc}" if loc else f"[method_params.{name}]"
+            msg = first["msg"].removeprefix("Value error, ")  # a check across fields: its own message
+            raise ConfigError(f"{where}: {msg} (got {first.get('input')!r})") from None
 
     def resolved(self) -> dict:
         """Everything, with the training recipe's and methods' defaults filled in (saved next to results)."""
@@ -151,6 +205,9 @@ class RunConfig(_Strict):
                 raise ConfigError(f"[method_params] names method(s) {stray} that are not in methods = {cfg.methods}")
             if len(set(cfg.methods)) != len(cfg.methods):
                 raise ConfigError(f"methods lists a method twice: {cfg.methods}")
+            if cfg.eval.split == "validation" and not cfg.stream.has_validation:
+                raise ConfigError("[eval] split = 'validation' needs a validation split: set [stream] "
+                                  "validation_per_family (or validation_fraction)")
         except ValidationError as exc:
             first = exc.errors()[0]
             loc = ".".join(str(p) for p in first["loc"])
@@ -160,6 +217,48 @@ class RunConfig(_Strict):
         except SkillbankError as exc:
             raise ConfigError(f"{where}: [train] {exc}") from None
         return cfg
+
+
+class SweepConfig(BaseModel):
+    """A sweep file: a run configuration (the shared recipe: stream, base, [train], ...) plus ``[sweep]``.
+    ``methods`` defaults to the grid's methods; [method_params] there are every grid point's fixed base."""
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    run: RunConfig
+    sweep: SweepSettings
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> "SweepConfig":
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such config file")
+        try:
+            raw = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+        return cls.from_dict(raw, where=str(path))
+
+    @classmethod
+    def from_dict(cls, raw: dict, where: str = "config") -> "SweepConfig":
+        raw = dict(raw)
+        if "sweep" not in raw:
+            raise ConfigError(f"{where}: no [sweep] section (a sweep config is a run config plus [sweep]; "
+                              f"see configs/sweep.toml)")
+        try:
+            sweep = SweepSettings.model_validate(raw.pop("sweep"))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(p) for p in first["loc"])
+            raise ConfigError(f"{where}: [sweep] {loc}: {first['msg']} (got {first.get('input')!r})") from None
+        if not sweep.grid:
+            raise ConfigError(f"{where}: [sweep] has no grid (add [sweep.grid.<method>] blocks)")
+        from skillbank.continual.methods.registry import UnknownMethodError, method_class
+        for method in sweep.grid:
+            try:
+                method_class(method)
+            except UnknownMethodError as exc:
+                raise ConfigError(f"{where}: [sweep.grid.{method}]: {exc}") from None
+        raw.setdefault("methods", list(sweep.grid))
+        return cls(run=RunConfig.from_dict(raw, where=where), sweep=sweep)
 
 
 def packaged_config(name: str) -> Path:

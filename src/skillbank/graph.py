@@ -9,11 +9,22 @@ The contract (DESIGN.md): one JSON object with keys ``task_nodes`` then ``task_l
 * ``task_links`` is a list of ``{"source", "target"}`` producer -> consumer dependencies between the
   skill ids of nodes in the graph.
 
-Canonical form (the one place it is defined; Graph EM compares canonical forms):
+Canonical form (the one place it is defined; Graph EM compares :meth:`TaskGraph.canonical_dag` forms):
 
-1. Node order is kept. It is the execution order the plan states, ``<node-i>`` references point into it,
-   and tool-choice accuracy is defined on it; two plans that list independent nodes in a different
-   order are different plans.
+1. Node order. :meth:`TaskGraph.canonical` keeps the listed order: it is the execution order the plan
+   states and ``<node-i>`` references point into it (stored records and training targets use it).
+   :meth:`TaskGraph.canonical_dag` -- what Graph EM compares -- puts the nodes in the *canonical DAG
+   order*, so that two plans listing independent nodes in a different order (``<node-i>`` references
+   renumbered to match) are one graph. A node depends on the nodes its ``<node-j>`` references name (a
+   reference inside a longer value counts too) and, for every canonical link ``s -> t``, a node running
+   ``t`` depends on every node running ``s``. Among the nodes whose dependencies are all placed, the next
+   one is the smallest by (skill id, its sorted arguments with references rewritten to the canonical
+   positions already given). Nodes equal under that key (the same skill and arguments, fed by the same
+   nodes) are tried in each order and the order giving the lexicographically smallest node list wins, so
+   the result does not depend on the listing (short of a search budget that only many identical nodes
+   feeding different consumers exhaust; past it they keep their listed order). A chain or a single node keeps its order. A graph
+   whose references or links do not form a DAG in listing order (only possible for an unvalidated graph,
+   or a reference inside a longer value pointing forward) keeps its listed order.
 2. Argument values are strings. JSON numbers and booleans are written as their JSON text (``3``,
    ``2.5``, ``true``) and surrounding white space is stripped; ``null``, lists and objects are
    off-contract.
@@ -38,6 +49,8 @@ from typing import Any, Iterable, Mapping
 from skillbank.errors import GraphError
 
 NODE_REF = re.compile(r"^<node-(\d+)>$")
+ANY_NODE_REF = re.compile(r"<node-(\d+)>")  # a reference anywhere in a value (canonical DAG order renumbers these)
+_ORDER_BUDGET = 2000  # tie-break searches per graph; beyond it equal nodes keep their listed order
 GRAPH_KEYS = ("task_nodes", "task_links")
 
 
@@ -147,12 +160,36 @@ class TaskGraph:
         return tuple(sorted(set(self.links) | set(self.implied_links())))
 
     def canonical(self) -> "TaskGraph":
+        """Canonical values, argument order and links; the listed node order is kept (rule 1)."""
         nodes = tuple(Node(n.task, tuple(sorted(n.arguments))) for n in self.nodes)
         return TaskGraph(nodes, self.canonical_links())
 
+    def canonical_order(self) -> list[int]:
+        """Indices of the nodes in canonical DAG order (rule 1 of the module docstring)."""
+        n = len(self.nodes)
+        deps: list[set[int]] = []
+        for i, node in enumerate(self.nodes):
+            refs = {int(m.group(1)) for a in node.arguments for m in ANY_NODE_REF.finditer(a.value)}
+            if any(j >= i for j in refs):
+                return list(range(n))  # a forward, self or dangling reference: no DAG to reorder
+            deps.append(refs)
+        links = {(link.source, link.target) for link in self.canonical_links()}
+        for i, consumer in enumerate(self.nodes):
+            deps[i].update(j for j, producer in enumerate(self.nodes)
+                           if j != i and (producer.task, consumer.task) in links)
+        found = _least_order(self.nodes, deps, [_ORDER_BUDGET])
+        return found[1] if found is not None else list(range(n))
+
+    def canonical_dag(self) -> "TaskGraph":
+        """The canonical form with the nodes in canonical DAG order and references renumbered to match."""
+        order = self.canonical_order()
+        pos = {old: new for new, old in enumerate(order)}
+        nodes = tuple(Node(self.nodes[old].task, _node_key(self.nodes[old], pos)[1]) for old in order)
+        return TaskGraph(nodes, self.canonical_links())
+
     def canonical_key(self) -> str:
-        """A string that two graphs share exactly when their canonical forms are equal."""
-        return self.canonical().to_json()
+        """A string that two graphs share exactly when they are the same graph: equal :meth:`canonical_dag`."""
+        return self.canonical_dag().to_json()
 
     # -- views used by metrics ---------------------------------------------------------------
     @property
@@ -222,6 +259,41 @@ def _link_from_dict(i: int, obj: Any) -> Link:
     if not isinstance(src, str) or not isinstance(dst, str):
         raise GraphError(f"link {i} source and target must be strings, got {obj!r}")
     return Link(src.strip(), dst.strip())
+
+
+def _node_key(node: Node, pos: Mapping[int, int]) -> tuple[str, tuple[Argument, ...]]:
+    """(task, sorted arguments) with every ``<node-j>`` rewritten to ``<node-pos[j]>``."""
+    def renumber(m: re.Match) -> str:
+        return f"<node-{pos[int(m.group(1))]}>"
+
+    return node.task, tuple(sorted(Argument(a.name, ANY_NODE_REF.sub(renumber, a.value)) for a in node.arguments))
+
+
+def _least_order(nodes: tuple[Node, ...], deps: list[set[int]], budget: list[int],
+                 placed: tuple[int, ...] = ()) -> tuple[list, list[int]] | None:
+    """The topological order, continuing ``placed``, whose sequence of node keys is smallest: (the keys of
+    the nodes placed here, all node indices in order); None when the dependencies have a cycle. Only ties
+    between equal keys branch."""
+    order, keys = list(placed), []
+    pos = {i: k for k, i in enumerate(order)}
+    while len(order) < len(nodes):
+        ready = [i for i in range(len(nodes)) if i not in pos and deps[i] <= pos.keys()]
+        if not ready:
+            return None
+        keyed = [(_node_key(nodes[i], pos), i) for i in ready]
+        low = min(k for k, _ in keyed)
+        ties = [i for k, i in keyed if k == low]
+        if len(ties) > 1 and budget[0] > 0:
+            budget[0] -= len(ties)
+            found = [f for t in ties if (f := _least_order(nodes, deps, budget, (*order, t))) is not None]
+            if not found:
+                return None
+            rest_keys, best = min(found)  # every tie has key ``low``: the rest decides
+            return keys + [low] + rest_keys, best
+        pos[ties[0]] = len(order)
+        order.append(ties[0])
+        keys.append(low)
+    return keys, order
 
 
 def _find_cycle(links: Iterable[Link]) -> list[str] | None:

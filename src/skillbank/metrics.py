@@ -3,8 +3,13 @@
 Per example (gold graph ``g``, prediction ``p`` or ``None`` when the output did not parse; an invalid
 prediction scores 0 on every metric, never raises):
 
-* **graph_em** - ``canonical(p) == canonical(g)`` (canonical form: :mod:`skillbank.graph`).
-* **tool_choice** - the ordered list of skill ids is identical.
+Every metric compares the graphs' :meth:`~skillbank.graph.TaskGraph.canonical_dag` forms: nodes in the
+canonical DAG order (:mod:`skillbank.graph`, rule 1), so listing independent nodes in another order (with
+``<node-j>`` references renumbered to match) changes nothing.
+
+* **graph_em** - ``canonical_dag(p) == canonical_dag(g)``.
+* **tool_choice** - the list of skill ids in canonical DAG order is identical (for a chain or a single
+  node, the listed order).
 * **arg_f1** - F1 over the multisets of (skill, argument name, value) tuples; 1.0 when both are empty.
 * **node_set_exact** - the multiset of skill ids is identical (order ignored).
 * **arg_value_exact** - the multiset of (skill, name, value) tuples is identical.
@@ -27,6 +32,15 @@ class), which :func:`taskbench_f1` reproduces when ``known_skills`` is given. Ta
 predictions it cannot parse; here they count as empty predictions (all gold nodes missed), which is
 stricter and documented as such.
 
+Which links an example has depends on the domain, as in TaskBench's evaluator (:data:`LINK_CONVENTIONS`,
+:data:`DOMAIN_LINK_CONVENTIONS`): for Hugging Face and multimedia it derives the links, gold and predicted
+alike, from the ``<node-j>`` references in the arguments (``references``: the first ``<node-j>`` in each
+value, whole or inside longer text, a self-reference skipped) and ignores ``task_links``; for the
+daily-life APIs it takes ``task_links`` as declared (``declared``). skillbank's own ``canonical`` links
+(declared plus implied) are the default for other sources. Edge F1 is 1.0 when no example has a link on
+either side (our convention: nothing was missed or invented; TaskBench's scikit-learn call has no positive
+class there and does not report 1).
+
 Continual metrics: ``a[t][k]`` is the EM on task ``k`` after stage ``t`` (both 1-based positions in the
 arrival order); task-macro averages weight every task equally; BWT = mean over k < T of
 ``a[T][k] - a[k][k]`` (negative = forgetting).
@@ -37,7 +51,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping, Sequence
 
-from skillbank.graph import TaskGraph
+from skillbank.graph import ANY_NODE_REF, TaskGraph
 
 EXAMPLE_METRICS = ("graph_em", "tool_choice", "arg_f1", "node_set_exact", "arg_value_exact", "edge_exact", "valid")
 
@@ -75,7 +89,7 @@ def multiset_f1(gold: Iterable, pred: Iterable) -> float:
 def score_example(gold: TaskGraph, pred: TaskGraph | None) -> ExampleScore:
     if pred is None:
         return INVALID
-    g, p = gold.canonical(), pred.canonical()
+    g, p = gold.canonical_dag(), pred.canonical_dag()
     g_args, p_args = g.argument_tuples(), p.argument_tuples()
     return ExampleScore(
         graph_em=float(g == p),
@@ -123,7 +137,7 @@ def failure_kind(gold: TaskGraph, pred: TaskGraph | None, newest_family: str | N
     """
     if pred is None:
         return "unparsed"
-    g, p = gold.canonical(), pred.canonical()
+    g, p = gold.canonical_dag(), pred.canonical_dag()
     if g == p:
         return "correct"
     if Counter(g.tasks) == Counter(p.tasks):
@@ -156,13 +170,62 @@ def _pooled_f1(tp: int, fp: int, fn: int) -> float:
     return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
 
 
+# How an example's links are read for TaskBench's link F1 (module docstring).
+LINK_CONVENTIONS = {
+    "references": "links implied by <node-j> references in the arguments (TaskBench: Hugging Face, multimedia)",
+    "declared": "task_links as declared (TaskBench: daily-life APIs)",
+    "canonical": "declared links plus those implied by <node-j> references (skillbank's canonical links)",
+}
+DOMAIN_LINK_CONVENTIONS = {"dailylifeapis": "declared", "huggingface": "references", "multimedia": "references"}
+
+
+def link_convention(name: str) -> str:
+    """The link convention a TaskBench domain (``huggingface``...) or a convention name stands for."""
+    if name in LINK_CONVENTIONS:
+        return name
+    if name in DOMAIN_LINK_CONVENTIONS:
+        return DOMAIN_LINK_CONVENTIONS[name]
+    raise ValueError(f"unknown TaskBench domain or link convention {name!r}: use a domain "
+                     f"{sorted(DOMAIN_LINK_CONVENTIONS)} or a convention {sorted(LINK_CONVENTIONS)}")
+
+
+def graph_links(graph: TaskGraph, convention: str) -> set[tuple[str, str]]:
+    """The (source, target) skill-id pairs of ``graph`` under a link convention (or a domain's)."""
+    convention = link_convention(convention)
+    if convention == "declared":
+        return {(link.source, link.target) for link in graph.links}
+    if convention == "canonical":
+        return {(link.source, link.target) for link in graph.canonical_links()}
+    out = set()
+    for i, node in enumerate(graph.nodes):
+        for arg in node.arguments:
+            m = ANY_NODE_REF.search(arg.value)
+            if m and int(m.group(1)) != i and int(m.group(1)) < len(graph.nodes):
+                out.add((graph.nodes[int(m.group(1))].task, node.task))
+    return out
+
+
 def taskbench_f1(golds: Sequence[TaskGraph], preds: Sequence[TaskGraph | None],
-                 known_skills: set[str] | None = None) -> dict[str, float]:
-    """TaskBench's node micro F1 and link binary F1 (see module docstring)."""
+                 known_skills: set[str] | None = None,
+                 convention: str | Sequence[str] = "canonical") -> dict[str, float | str]:
+    """TaskBench's node micro F1 and link binary F1 (see module docstring).
+
+    convention: how links are read: a TaskBench domain (``dailylifeapis``, ``huggingface``,
+        ``multimedia``) or a convention name (:data:`LINK_CONVENTIONS`), for all examples or one per
+        example (a stream mixing domains). An unknown name raises :class:`ValueError`.
+    Returns ``node_f1``, ``edge_f1`` and ``edge_convention``: the convention used, or
+    ``"per example: declared x67, references x241"`` when they differ.
+    """
     if len(golds) != len(preds):
         raise ValueError(f"golds and preds differ in length: {len(golds)} vs {len(preds)}")
+    if isinstance(convention, str):
+        conventions = [link_convention(convention)] * len(golds)
+    else:
+        conventions = [link_convention(c) for c in convention]
+        if len(conventions) != len(golds):
+            raise ValueError(f"{len(conventions)} link conventions for {len(golds)} examples")
     n_tp = n_fp = n_fn = e_tp = e_fp = e_fn = 0
-    for gold, pred in zip(golds, preds):
+    for gold, pred, conv in zip(golds, preds, conventions):
         g_nodes = set(gold.tasks)
         p_nodes = set(pred.tasks) if pred is not None else set()
         if known_skills is not None:
@@ -170,12 +233,20 @@ def taskbench_f1(golds: Sequence[TaskGraph], preds: Sequence[TaskGraph | None],
         n_tp += len(g_nodes & p_nodes)
         n_fp += len(p_nodes - g_nodes)
         n_fn += len(g_nodes - p_nodes)
-        g_edges = set(gold.canonical_links())
-        p_edges = set(pred.canonical_links()) if pred is not None else set()
+        g_edges = graph_links(gold, conv)
+        p_edges = graph_links(pred, conv) if pred is not None else set()
         e_tp += len(g_edges & p_edges)
         e_fp += len(p_edges - g_edges)
         e_fn += len(g_edges - p_edges)
-    return {"node_f1": _pooled_f1(n_tp, n_fp, n_fn), "edge_f1": _pooled_f1(e_tp, e_fp, e_fn)}
+    used = Counter(conventions)
+    if isinstance(convention, str):
+        name = link_convention(convention)
+    elif len(used) <= 1:
+        name = next(iter(used), "canonical")
+    else:
+        name = "per example: " + ", ".join(f"{c} x{n}" for c, n in sorted(used.items()))
+    edge_f1 = 1.0 if e_tp + e_fp + e_fn == 0 else _pooled_f1(e_tp, e_fp, e_fn)
+    return {"node_f1": _pooled_f1(n_tp, n_fp, n_fn), "edge_f1": edge_f1, "edge_convention": name}
 
 
 def route_accuracy(gold_labels: Sequence[str], predicted: Sequence[str]) -> float:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from skillbank.data.records import Record, iter_jsonl
+from skillbank.data.taskbench import domain_of
 from skillbank.errors import GraphError, RecordError
 from skillbank.graph import ParseResult, TaskGraph
 from skillbank.metrics import aggregate, score_example, task_macro, taskbench_f1
@@ -152,7 +153,9 @@ def score_records(golds: Sequence[Record], preds: dict[str, ParseResult],
         gold_graphs.append(rec.graph)
         pred_graphs.append(result.graph)
     overall = aggregate(all_scores)
-    overall.update(taskbench_f1(gold_graphs, pred_graphs, known_skills))
+    # TaskBench reads links per domain (metrics module docstring); records of other sources: canonical links
+    conventions = [domain_of(rec.id) or "canonical" for rec in golds]
+    overall.update(taskbench_f1(gold_graphs, pred_graphs, known_skills, convention=conventions))
     per_family = {fam: aggregate(scores) for fam, scores in by_family.items()}
     return ScoreReport(overall, per_family, task_macro(f["graph_em"] for f in per_family.values()),
                        missing, dict(reasons))

@@ -13,6 +13,8 @@ Two diagnostics on sequential SFT (one LoRA, task A then task B):
   it without the trained skill?).
 
 The address is plain text after the request (``address_hint``); nothing else in the prompt changes.
+The diagnostics use the methods (``SequentialSFT``, the address helpers of ``continual.methods.base``);
+no method imports this module.
 """
 from __future__ import annotations
 
@@ -20,23 +22,18 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from skillbank.config import RunConfig
+from skillbank.continual.methods.base import address_hint, with_text  # continual.reactivation reads them here too
 from skillbank.data.records import Record
 from skillbank.metrics import score_example
+
+if TYPE_CHECKING:
+    from skillbank.config import RunConfig
 
 Say = Callable[[str], None]
 GENERIC_INSTRUCTION = "Use the appropriate skills for this request and fill in every argument."
 DEFAULT_SCHEDULE = (0, 1, 2, 3, 4, 6, 8, 10, 12, 15, 18, 22, 26, 30, 40, 50, 60, 80, 100, 150, 200, 300)
-
-
-def address_hint(skill_ids: Sequence[str]) -> str:
-    return "Skill address: " + ", ".join(skill_ids)
-
-
-def with_text(request: str, text: str) -> str:
-    return f"{request.rstrip()}\n{text}"
 
 
 def control_texts(record: Record, family_skills: Sequence[str], other_skills: Sequence[str], tokenizer,

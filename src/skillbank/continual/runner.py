@@ -3,6 +3,9 @@
 For each method and each task order, stage t learns family t (the method's own way, through the shared
 training loop), then every held-out request of families 1..t is evaluated closed-book: the lower triangle
 of the accuracy matrix, for every variant the method evaluates (FSM: routed and Oracle).
+With ``[eval] split = "validation"`` the requests evaluated are instead the validation split carved from
+each family's training requests (``[stream] validation_per_family``; those are then not trained on), so a
+hyperparameter search (:mod:`skillbank.continual.sweep`) never looks at the held-out set.
 
 On disk (``RUN_DIR``)::
 
@@ -48,7 +51,16 @@ COMPLETE = "COMPLETE"
 
 # -- the stream ----------------------------------------------------------------------------------
 def build_run_stream(cfg: RunConfig) -> Stream:
-    """The stream a run uses, cut to the configured per-family sizes."""
+    """The stream a run uses, cut to the configured per-family sizes, with its validation split carved out of
+    the training requests when ``[stream] validation_per_family`` (or ``validation_fraction``) is set."""
+    stream = _build_stream(cfg)
+    s = cfg.stream
+    if s.has_validation:
+        stream.split_validation(s.validation_per_family, s.validation_fraction, seed=s.seed)
+    return stream
+
+
+def _build_stream(cfg: RunConfig) -> Stream:
     s = cfg.stream
     if s.source == "builtin":
         from skillbank.data.builtin import build_builtin_stream
@@ -174,14 +186,18 @@ class OutputCache:
 # -- evaluation of one stage -------------------------------------------------------------------------
 def evaluate_stage(method, t: int, seen: Sequence[str], stream: Stream, cache: OutputCache,
                    say: Say | None = None, progress: bool = False, keep_predictions: bool = False,
-                   variants: Callable[[list[Record]], dict] | None = None) -> dict:
+                   variants: Callable[[list[Record]], dict] | None = None, split: str = "test") -> dict:
     """Every variant's metrics on every seen task after stage ``t`` (and per-request predictions if asked).
-    ``variants`` replaces the method's own queries (``tests -> {variant: queries}``), e.g. for a probe."""
-    tests: list[Record] = [r for k in seen for r in stream.test[k]]
+    ``variants`` replaces the method's own queries (``tests -> {variant: queries}``), e.g. for a probe.
+    ``split``: the held-out ``test`` requests, or the ``validation`` split carved from training (tuning)."""
+    records = stream.split(split)
+    tests: list[Record] = [r for k in seen for r in records[k]]
     variants = method.queries(t, tests) if variants is None else variants(tests)
     flat = [q for qs in variants.values() for q in qs]
     outs = cache.get(method, flat, say, progress)
     result: dict = {"stage": t, "variants": {}}
+    if split != "test":  # runs evaluated on the test set keep their eval.json as it always was
+        result["split"] = split
     predictions: list[dict] = []
     pos = 0
     for variant, qs in variants.items():
@@ -284,7 +300,8 @@ def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrain
             if main:
                 t_eval = time.perf_counter()
                 seen = order[:t]
-                ev = evaluate_stage(method, t, seen, stream, cache, say, rc.progress, keep_predictions=t == len(order))
+                ev = evaluate_stage(method, t, seen, stream, cache, say, rc.progress, keep_predictions=t == len(order),
+                                    split=cfg.eval.split)
                 ev["eval_seconds"] = round(time.perf_counter() - t_eval, 2)
                 ev["finished_at"] = round(time.time(), 1)  # with the two durations: when this stage ran
                 ev["order"] = order
@@ -423,20 +440,36 @@ def _check_config(out: Path, cfg: RunConfig) -> None:
     new = cfg.resolved()
     if path.is_file():
         old = json.loads(path.read_text())
-        old.setdefault("eval", {}).setdefault("constrain", False)  # written before constrained decoding existed
-        # Adding methods or orders to a run is fine (another process may run them); anything that changes
-        # what a method learns or how it is evaluated is not.
-        skip = {"methods", "runner", "method_params", "name"}
-        diff = sorted(k for k in set(old) | set(new) if k not in skip and _identity(k, old.get(k)) != _identity(k, new.get(k)))
-        shared = set(old.get("method_params", {})) & set(new.get("method_params", {}))
-        diff += [f"method_params.{m}" for m in sorted(shared) if old["method_params"][m] != new["method_params"][m]]
-        if diff:
-            raise ConfigError(f"{out} holds a run with another configuration (differs in: {', '.join(diff)}); "
-                              f"use another directory or --restart to discard it")
+        check_same_config(out, old, new)
         new["methods"] = list(dict.fromkeys(old.get("methods", []) + new["methods"]))
         new["method_params"] = {**old.get("method_params", {}), **new["method_params"]}
         new["eval"]["orders"] = list(dict.fromkeys(old["eval"]["orders"] + new["eval"]["orders"]))
     _write_json(path, new)
+
+
+def check_same_config(out: Path, old: dict, new: dict) -> None:
+    """Raise :class:`ConfigError` when a run directory's saved configuration ``old`` differs from ``new``
+    (resolved) in anything that changes what a method learns or how it is evaluated. Reads, writes nothing."""
+    old = json.loads(json.dumps(old))
+    old.setdefault("eval", {}).setdefault("constrain", False)  # written before constrained decoding existed
+    for section, defaults in _ADDED_DEFAULTS.items():  # settings added since: absent = their default
+        for key, value in defaults.items():
+            old.setdefault(section, {}).setdefault(key, value)
+    # Adding methods or orders to a run is fine (another process may run them); anything that changes
+    # what a method learns or how it is evaluated is not.
+    skip = {"methods", "runner", "method_params", "name"}
+    diff = sorted(k for k in set(old) | set(new) if k not in skip and _identity(k, old.get(k)) != _identity(k, new.get(k)))
+    shared = set(old.get("method_params", {})) & set(new.get("method_params", {}))
+    diff += [f"method_params.{m}" for m in sorted(shared) if old["method_params"][m] != new["method_params"][m]]
+    if diff:
+        raise ConfigError(f"{out} holds a run with another configuration (differs in: {', '.join(diff)}); "
+                          f"use another directory or --restart to discard it")
+
+
+# Settings added after runs were saved without them, and what a saved run without them did: the
+# validation split did not exist (no split, the held-out test set evaluated).
+_ADDED_DEFAULTS = {"stream": {"validation_per_family": None, "validation_fraction": None},
+                   "eval": {"split": "test"}}
 
 
 # Settings outside a run's identity: orders are additive (another process may run another order), and the
@@ -486,8 +519,13 @@ def run(cfg: RunConfig, out_dir: str | Path, *, say: Say | None = None, progress
                                                                     "summary": stream.summary()},
                                        "task_labels": {k: stream.task_label(k) for k in stream.family_keys}})
     if say:
-        say(f"stream {stream.name}: " + ", ".join(f"{v['task']} {v['train']}/{v['test']}"
-                                                   for v in stream.summary().values()) + " (train/test per family)")
+        if stream.validation:
+            say(f"stream {stream.name}: " + ", ".join(f"{v['task']} {v['train']}/{v['validation']}/{v['test']}"
+                                                       for v in stream.summary().values())
+                + f" (train/validation/test per family; evaluated on {cfg.eval.split})")
+        else:
+            say(f"stream {stream.name}: " + ", ".join(f"{v['task']} {v['train']}/{v['test']}"
+                                                       for v in stream.summary().values()) + " (train/test per family)")
     rc = RunContext(cfg, stream, out, say if main else None, progress)
     methods: dict[str, dict] = {}
     for name in cfg.methods:

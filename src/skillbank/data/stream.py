@@ -12,6 +12,11 @@ Task orders refer to positions in the family list: O1 = [T1, T2, T3, T4, T5] and
 for five. ``R<seed>`` (``R0``, ``R17``) is a seeded random order of all K families: the same K and seed
 always give the same permutation, whatever the families are called. Order names become directory names
 in a run (``methods/fsm/R17/``), hence no ``:`` in them.
+
+A run may carve a **validation split** out of each family's training requests
+(:meth:`Stream.split_validation`, ``[stream] validation_per_family``): a seeded sample removed from what the
+methods train on, so hyperparameters can be selected without looking at the held-out requests. It lives
+in memory only (``Stream.validation``); a saved stream directory holds train and test as before.
 """
 from __future__ import annotations
 
@@ -47,6 +52,7 @@ class Stream:
     source: str = ""
     seed: int = 0
     report: dict = field(default_factory=dict)
+    validation: dict[str, list[Record]] = field(default_factory=dict)
 
     @property
     def family_keys(self) -> list[str]:
@@ -89,12 +95,51 @@ class Stream:
         return [keys[p - 1] for p in positions]
 
     def summary(self) -> dict:
-        return {
+        out = {
             key: {"task": self.task_label(key), "title": self.catalog.family(key).title,
                   "skills": len(self.catalog.family(key).skills),
                   "train": len(self.train.get(key, [])), "test": len(self.test.get(key, []))}
             for key in self.family_keys
         }
+        if self.validation:  # only streams with a split say so: existing summaries stay as they were
+            for key in self.family_keys:
+                out[key]["validation"] = len(self.validation.get(key, []))
+        return out
+
+    def split(self, name: str) -> dict[str, list[Record]]:
+        """The evaluation records of a split: ``test`` (held-out) or ``validation`` (carved from training)."""
+        if name == "test":
+            return self.test
+        if name == "validation":
+            if not self.validation:
+                raise StreamError("this stream has no validation split: set [stream] validation_per_family "
+                                  "(or validation_fraction) to carve one out of the training requests")
+            return self.validation
+        raise StreamError(f"unknown split {name!r}: use 'test' or 'validation'")
+
+    # -- the validation split ---------------------------------------------------------------
+    def split_validation(self, per_family: int | None = None, fraction: float | None = None,
+                         seed: int = 0) -> "Stream":
+        """Move a seeded sample of each family's training requests into ``self.validation`` (in place;
+        returns self). ``per_family`` requests, or ``fraction`` of them (rounded, at least 1); at least one
+        training request always stays. Candidates are training requests whose text is not a held-out
+        request's (so validation never overlaps the test set even on a source that repeats a text across
+        splits); the rest keep their order. The same stream, sizes and seed always give the same split."""
+        if (per_family is None) == (fraction is None):
+            raise StreamError("give the validation split as per_family or fraction (exactly one)")
+        test_texts = {r.request for recs in self.test.values() for r in recs}
+        for key in self.family_keys:
+            records = list(self.train.get(key, []))
+            n = per_family if per_family is not None else max(1, round(fraction * len(records)))
+            candidates = [i for i, r in enumerate(records) if r.request not in test_texts]
+            if n >= len(records) or n > len(candidates):
+                raise StreamError(f"family {key}: cannot hold out {n} of its {len(records)} training requests for "
+                                  f"validation ({len(candidates)} eligible, at least one must stay for training)")
+            rng = random.Random(f"skillbank-validation:{seed}:{key}")
+            chosen = set(rng.sample(candidates, n))
+            self.validation[key] = [r for i, r in enumerate(records) if i in chosen]
+            self.train[key] = [r for i, r in enumerate(records) if i not in chosen]
+        return self
 
     # -- persistence ------------------------------------------------------------------------
     def save(self, root: str | Path) -> Path:

@@ -54,7 +54,9 @@ train, the rest are held out (at most ``test_per_family`` when given).
 
 Report (``Stream.report``): per domain the source, ``records`` read, ``loaded``, ``dropped`` per reason
 (``records == loaded + sum(dropped)``), up to three ``examples`` per reason and the ``fixes`` counts of
-loaded records; per family the record/train/test counts.
+loaded records; per family the record/train/test counts; ``warnings``, one line per family left without
+held-out records (``skillbank stream build`` prints them, with the drop reasons). The default
+``train_per_family`` of 1000 puts a small sample entirely into training.
 """
 from __future__ import annotations
 
@@ -479,7 +481,31 @@ def build_stream(tool_descs: Mapping[str, list[dict]], rows: Mapping[str, tuple[
         train[key], test[key] = split_family(recs, key, seed=seed, train_per_family=train_per_family,
                                              test_per_family=test_per_family)
         report["families"][key] = {"records": len(recs), "train": len(train[key]), "test": len(test[key])}
+    report["warnings"] = split_warnings(report["families"], train_per_family)
     return Stream("taskbench", catalog, train, test, source=source, seed=seed, report=report)
+
+
+def split_warnings(families: Mapping[str, Mapping[str, int]], train_per_family: int) -> list[str]:
+    """One line per family left without held-out records (``families``: key -> records/train/test counts)."""
+    out = []
+    for key, c in families.items():
+        if c["test"]:
+            continue
+        if not c["records"]:
+            out.append(f"family {key}: no records loaded, so nothing to train on or hold out")
+        elif c["train"] == c["records"]:
+            out.append(f"family {key}: no held-out records: all {c['records']} go to training "
+                       f"(train_per_family={train_per_family}); lower --train-per-family below {c['records']}")
+        else:
+            out.append(f"family {key}: no held-out records ({c['records']} records, {c['train']} in training; "
+                       f"test_per_family is 0)")
+    return out
+
+
+def domain_of(record_id: str) -> str | None:
+    """The TaskBench domain a loaded record's id names (``multimedia-45760948`` -> ``multimedia``), else None."""
+    head, sep, _ = str(record_id).partition("-")
+    return head if sep and head in DOMAINS else None
 
 
 def _first_file(root: Path, candidates: list[str], what: str) -> Path:

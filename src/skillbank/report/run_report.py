@@ -20,8 +20,11 @@ from skillbank.report.plots import access_heatmap, matrix_heatmap, trajectories
 
 # Display order and names: the paper's table reads baselines first, then FSM and its Oracle bound.
 VARIANT_TITLES = {
-    "sft": "Sequential SFT", "replay": "Replay (100/stage, not replay-free)", "lwf": "LwF", "ewc": "EWC",
-    "olora": "O-LoRA", "progressive": "Progressive-LoRA", "fsm": "FSM (Address-routed)",
+    "sft": "Sequential SFT", "replay": "Replay (not replay-free)", "lwf": "LwF", "ewc": "EWC",
+    "olora": "O-LoRA", "stacked": "Stacked-LoRA (summed, unrouted)",
+    "progressive": "Stacked-LoRA (summed, unrouted; run as 'progressive')",
+    "progressive-routed": "Progressive-LoRA (routed: Address Memory)",
+    "progressive-oracle": "Progressive-LoRA (routed: Oracle)", "fsm": "FSM (Address-routed)",
     "oracle": "FSM executors + Oracle address", "base-skill": "Base + Skill (catalog in prompt)",
     "base-oracle-fields": "Base + Oracle Address+Fields",
 }

@@ -1,18 +1,24 @@
-"""Continual-learning methods: FSM, the baselines and the frozen-base references (see ``base.Method``)."""
-from skillbank.continual.methods.base import Method, MethodContext, MethodParams, Query
-from skillbank.continual.methods.fsm import FSM
-from skillbank.continual.methods.references import BaseOracleFields, BaseSkill
-from skillbank.continual.methods.sequential import EWC, LwF, Replay, SequentialSFT
-from skillbank.continual.methods.stacked import OLoRA, ProgressiveLoRA
+"""Continual-learning methods: FSM, the baselines and the frozen-base references (see ``base.Method``).
 
-METHODS: dict[str, type[Method]] = {m.name: m for m in (
-    SequentialSFT, Replay, LwF, EWC, OLoRA, ProgressiveLoRA, FSM, BaseSkill, BaseOracleFields)}
+Names resolve through :mod:`skillbank.continual.methods.registry` (one table of name -> module path), and
+this package imports its modules on first use: importing the registry (as the config does) loads no
+method. ``METHODS`` holds the current names' classes in display order (deprecated aliases resolve through
+:func:`method_class` but are not listed)."""
+from __future__ import annotations
 
-__all__ = ["METHODS", "Method", "MethodContext", "MethodParams", "Query", "method_class"]
+from skillbank.continual.methods.registry import UnknownMethodError, method_class, method_names
+
+__all__ = ["METHODS", "Method", "MethodContext", "MethodParams", "Query", "UnknownMethodError", "method_class"]
+
+_BASE_NAMES = ("Method", "MethodContext", "MethodParams", "Query")
 
 
-def method_class(name: str) -> type[Method]:
-    from skillbank.config import ConfigError
-    if name not in METHODS:
-        raise ConfigError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
-    return METHODS[name]
+def __getattr__(name: str):
+    if name == "METHODS":
+        methods = {n: method_class(n) for n in method_names()}
+        globals()["METHODS"] = methods  # resolved once
+        return methods
+    if name in _BASE_NAMES:
+        from skillbank.continual.methods import base
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

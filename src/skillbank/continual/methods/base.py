@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, ClassVar, Iterator, Optional, Sequence
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_serializer
 
 from skillbank.data.records import Record
 from skillbank.data.stream import Stream
@@ -35,9 +35,16 @@ Say = Callable[[str], None]
 
 
 class MethodParams(BaseModel):
-    """Hyperparameters of a method beyond the shared LoRA recipe; unknown keys are errors."""
+    """Hyperparameters of a method beyond the shared LoRA recipe; unknown keys are errors.
+
+    An optional hyperparameter left unset (None) is left out of the dump saved as a run's ``config.json``,
+    so adding one does not make runs saved before it look like another configuration."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @model_serializer(mode="wrap")
+    def _without_unset_optionals(self, handler):
+        return {k: v for k, v in handler(self).items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,17 @@ class MethodContext:
     def log(self, message: str) -> None:
         if self.say:
             self.say(message)
+
+
+def address_hint(skill_ids: Sequence[str]) -> str:
+    """The correct-skill-address text: the request's gold skill ids, in order (SFT's ``+address`` probe, the
+    diagnostics and ``skillbank reactivate`` append it to a request)."""
+    return "Skill address: " + ", ".join(skill_ids)
+
+
+def with_text(request: str, text: str) -> str:
+    """``request`` with ``text`` appended on its own line (nothing else in the prompt changes)."""
+    return f"{request.rstrip()}\n{text}"
 
 
 def weights_digest(named: dict[str, torch.Tensor]) -> str:

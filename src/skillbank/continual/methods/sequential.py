@@ -1,29 +1,32 @@
 """One LoRA adapter trained stage after stage, and the three classic ways to protect it.
 
 * :class:`SequentialSFT` - plain fine-tuning on each stage in turn: the forgetting reference.
-* :class:`Replay` - adds a data mix: a buffer of ``per_stage`` examples kept from every earlier stage is
-  trained on together with the current stage. It stores requests, so it breaks the replay-free rule
-  FSM keeps; it is the strong reference.
+* :class:`Replay` - adds a data mix: a buffer of examples kept from every earlier stage (``per_stage`` of
+  each, or a ``fraction`` of each stage's training requests) is trained on together with the current
+  stage. It stores requests, so it breaks the replay-free rule FSM keeps; it is the strong reference.
 * :class:`LwF` - adds :class:`DistillationTerm`: the model before the stage (a frozen copy of the
-  adapter) is the teacher on the current stage's inputs; KL(teacher || student) at temperature T on the
-  target positions.
+  adapter) is the teacher on the current stage's inputs; ``weight`` * KL(teacher || student) at
+  temperature T on the target positions (Li & Hoiem's lambda_o and Avalanche's ``alpha``: no T^2 factor
+  unless ``t_squared`` asks for it).
 * :class:`EWC` - adds :class:`EWCPenalty`: (lambda/2) * sum_i F_i (theta_i - theta*_i)^2 over the adapter
-  parameters, with F the diagonal empirical Fisher estimated after each stage.
+  parameters, with F the sum over finished stages of each stage's diagonal empirical Fisher, normalised to
+  mean 1 over the adapter's parameters (see :func:`estimate_fisher`).
 
 All four generate closed-book with the one adapter; the evaluated state after stage t is that adapter.
 """
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from skillbank.data.records import Record
-from skillbank.continual.methods.base import Method, MethodParams, Query, weights_digest
+from skillbank.continual.methods.base import Method, MethodParams, Query, address_hint, weights_digest, with_text
 from skillbank.train.executor import add_lora, summarize
 from skillbank.train.loop import LossTerm, StepContext, adapter_parameters, collate, fit, swapped_adapters, target_logits
 
@@ -82,7 +85,6 @@ class SequentialSFT(Method):
         out = {self.name: [Query(self.state_id, self.closed_book_prompt(r.request), fmt, prefix, skills=skills)
                            for r in records]}
         if getattr(self.params, "address_probe", False):
-            from skillbank.continual.diagnostics import address_hint, with_text
             out[f"{self.name}+address"] = [
                 Query(self.state_id, self.closed_book_prompt(with_text(r.request, address_hint(r.graph.tasks))), fmt, prefix,
                       skills=skills)
@@ -103,23 +105,62 @@ class SequentialSFT(Method):
 
 
 # -- Replay: a data mix ------------------------------------------------------------------------------
+DEFAULT_PER_STAGE = 100  # the paper's Replay budget
+
+
 class ReplayParams(MethodParams):
-    per_stage: int = Field(100, ge=1, description="examples kept from each finished stage")
+    """The buffer's budget, given one way: ``per_stage`` (examples kept from each finished stage) or
+    ``fraction`` (of each finished stage's training requests). Neither given: ``per_stage = 100``."""
+
+    per_stage: Optional[int] = Field(None, ge=1, description="examples kept from each finished stage "
+                                                             f"(absolute); default {DEFAULT_PER_STAGE} when "
+                                                             "fraction is unset")
+    fraction: Optional[float] = Field(None, gt=0, le=1, description="examples kept from each finished stage as a "
+                                                                    "fraction of that stage's training requests "
+                                                                    "(rounded half up, at least 1); instead of per_stage")
+
+    @model_validator(mode="after")
+    def _one_budget(self):
+        if self.per_stage is not None and self.fraction is not None:
+            raise ValueError(f"the Replay budget is per_stage (examples per finished stage) or fraction (of each "
+                             f"stage's training requests), not both: got per_stage={self.per_stage}, "
+                             f"fraction={self.fraction}")
+        if self.per_stage is None and self.fraction is None:
+            self.per_stage = DEFAULT_PER_STAGE
+        return self
 
 
 class ReplayBuffer:
-    """Up to ``per_stage`` records of every finished stage, drawn uniformly with a seeded generator.
-    Its size never exceeds ``per_stage`` times the number of finished stages."""
+    """Records of every finished stage, drawn uniformly with a seeded generator: ``per_stage`` of each
+    (all of a smaller stage), or with ``fraction`` set, fraction * n rounded half up of a stage of n training
+    records (at least 1, at most n). Exactly one of the two is given. The buffer never holds more than
+    :attr:`budget` records."""
 
-    def __init__(self, per_stage: int, seed: int = 0):
+    def __init__(self, per_stage: int | None = DEFAULT_PER_STAGE, seed: int = 0, fraction: float | None = None):
+        if (per_stage is None) == (fraction is None):
+            raise ValueError(f"ReplayBuffer takes exactly one of per_stage and fraction, got per_stage={per_stage}, "
+                             f"fraction={fraction}")
+        if per_stage is not None and per_stage < 1:
+            raise ValueError(f"per_stage must be >= 1, got {per_stage}")
+        if fraction is not None and not 0 < fraction <= 1:
+            raise ValueError(f"fraction must be in (0, 1], got {fraction}")
         self.per_stage = per_stage
+        self.fraction = fraction
         self.seed = seed
         self.kept: dict[str, list[Record]] = {}
+        self.stage_sizes: dict[str, int] = {}
+
+    def quota(self, n: int) -> int:
+        """How many of a finished stage's ``n`` training records are kept."""
+        if self.fraction is not None:
+            return min(n, max(1, math.floor(self.fraction * n + 0.5)))
+        return min(self.per_stage, n)
 
     def add_stage(self, family: str, records: Sequence[Record], t: int) -> None:
         records = list(records)
         rng = random.Random(self.seed * 1000 + t)
-        self.kept[family] = rng.sample(records, min(self.per_stage, len(records)))
+        self.stage_sizes[family] = len(records)
+        self.kept[family] = rng.sample(records, self.quota(len(records)))
 
     def records(self) -> list[Record]:
         return [r for fam in self.kept for r in self.kept[fam]]
@@ -129,6 +170,9 @@ class ReplayBuffer:
 
     @property
     def budget(self) -> int:
+        """The most records the buffer may hold after the stages added so far."""
+        if self.fraction is not None:
+            return sum(self.quota(n) for n in self.stage_sizes.values())
         return self.per_stage * len(self.kept)
 
     def ids(self) -> dict[str, list[str]]:
@@ -137,12 +181,12 @@ class ReplayBuffer:
 
 class Replay(SequentialSFT):
     name = "replay"
-    title = "Replay (100/stage)"
+    title = "Replay"
     Params = ReplayParams
 
     def __init__(self, ctx, params=None):
         super().__init__(ctx, params)
-        self.buffer = ReplayBuffer(self.params.per_stage, ctx.train.seed)
+        self.buffer = ReplayBuffer(self.params.per_stage, ctx.train.seed, fraction=self.params.fraction)
 
     def training_records(self, t, family, records):
         return list(records) + self.buffer.records()
@@ -160,38 +204,50 @@ class Replay(SequentialSFT):
         ids = json.loads((directory / "replay_buffer.json").read_text())
         by_id = {r.id: r for fam in ids for r in self.ctx.stream.train[fam]}
         self.buffer.kept = {fam: [by_id[i] for i in fam_ids] for fam, fam_ids in ids.items()}
+        self.buffer.stage_sizes = {fam: len(self.ctx.stream.train[fam]) for fam in ids}
 
 
 # -- LwF: distillation from the model before the stage ---------------------------------------------
 class LwFParams(MethodParams):
-    temperature: float = Field(2.0, gt=0, description="softening temperature T of both distributions")
-    weight: float = Field(1.0, ge=0, description="weight of the distillation term (times T^2)")
+    temperature: float = Field(2.0, gt=0, description="softening temperature T of both distributions "
+                                                      "(Li & Hoiem and Avalanche: 2)")
+    weight: float = Field(1.0, ge=0, description="weight of the distillation term, multiplying the KL itself "
+                                                 "(Li & Hoiem's lambda_o, Avalanche's alpha; both 1)")
+    t_squared: bool = Field(False, description="also multiply the term by T^2 (Hinton et al.'s gradient-scale "
+                                               "correction; not in Li & Hoiem or Avalanche). Runs saved before "
+                                               "this option existed used it")
 
 
 class DistillationTerm(LossTerm):
-    """weight * T^2 * KL(softmax(teacher/T) || softmax(student/T)), averaged over target positions.
+    """weight * KL(softmax(teacher/T) || softmax(student/T)), averaged over target positions (times T^2
+    when ``t_squared``).
 
     The teacher is another adapter on the same base (a frozen copy of the student before this stage),
     run on the same batch with gradients off."""
 
     name = "distill"
 
-    def __init__(self, teacher: str, temperature: float, weight: float):
-        self.teacher, self.temperature, self.weight = teacher, temperature, weight
+    def __init__(self, teacher: str, temperature: float, weight: float, t_squared: bool = False):
+        self.teacher, self.temperature, self.weight, self.t_squared = teacher, temperature, weight, t_squared
 
     def __call__(self, ctx: StepContext) -> torch.Tensor:
         with torch.no_grad(), swapped_adapters(ctx.base, [self.teacher], list(ctx.trainable.values())):
             teacher_logits, _ = target_logits(ctx.lm, ctx.batch)
-        return self.weight * distillation_loss(ctx.logits, teacher_logits, self.temperature)
+        return self.weight * distillation_loss(ctx.logits, teacher_logits, self.temperature, self.t_squared)
 
 
-def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """T^2 * mean over positions of KL(softmax(teacher/T) || softmax(student/T)); [N, V] inputs."""
+def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float,
+                      t_squared: bool = False) -> torch.Tensor:
+    """Mean over positions (rows) of KL(softmax(teacher/T) || softmax(student/T)); [N, V] inputs.
+
+    This is Avalanche's LwF distillation (``kl_div(log_softmax(out/T), softmax(prev_out/T), "batchmean")``)
+    and, up to the teacher's entropy (a constant for the student), Li & Hoiem's cross-entropy on
+    T-softened outputs. ``t_squared`` multiplies it by T^2 (Hinton et al.'s knowledge distillation)."""
     t = temperature
     log_p_student = torch.log_softmax(student_logits.float() / t, dim=-1)
     log_p_teacher = torch.log_softmax(teacher_logits.float() / t, dim=-1)
     kl = torch.nn.functional.kl_div(log_p_student, log_p_teacher, log_target=True, reduction="batchmean")
-    return kl * t * t
+    return kl * (t * t) if t_squared else kl
 
 
 class LwF(SequentialSFT):
@@ -204,7 +260,7 @@ class LwF(SequentialSFT):
         if t == 1:
             return []
         self._snapshot_teacher()
-        return [DistillationTerm(self.TEACHER, self.params.temperature, self.params.weight)]
+        return [DistillationTerm(self.TEACHER, self.params.temperature, self.params.weight, self.params.t_squared)]
 
     def _snapshot_teacher(self) -> None:
         if self.TEACHER in self.base.adapter_names:
@@ -224,13 +280,18 @@ class LwF(SequentialSFT):
 
 # -- EWC: a Fisher-weighted penalty on the adapter --------------------------------------------------
 class EWCParams(MethodParams):
-    lam: float = Field(1.0, ge=0, description="lambda; the Fisher is normalised to mean 1 per stage, so "
-                                               "lambda/2 weighs the mean squared drift summed over parameters")
+    lam: float = Field(1.0, ge=0, description="lambda in (lambda/2) * sum_i F_i (theta_i - theta*_i)^2, F the sum "
+                                               "of the finished stages' Fishers, each normalised to mean 1 over "
+                                               "the adapter's parameters (so after k stages F has mean k)")
     fisher_examples: int = Field(200, ge=1, description="stage examples used to estimate the Fisher")
 
 
 class EWCPenalty(LossTerm):
-    """(lam/2) * sum_i F_i (theta_i - anchor_i)^2 over the trainable parameters."""
+    """(lam/2) * sum_i F_i (theta_i - anchor_i)^2 over the trainable (adapter) parameters.
+
+    The 1/2 is Kirkpatrick et al.'s; Avalanche's EWC plugin has none (its ``ewc_lambda`` is our lam/2).
+    ``fisher``: the sum over finished stages of each stage's mean-1 normalised Fisher (online EWC without
+    decay); ``anchor``: the adapter's weights after the last finished stage."""
 
     name = "ewc"
 
@@ -259,8 +320,15 @@ def ewc_penalty(params: dict[str, torch.Tensor], fisher: dict[str, torch.Tensor]
 
 
 def estimate_fisher(base, adapter: str, examples, batch_size: int, precision: str = "fp32") -> dict[str, torch.Tensor]:
-    """Diagonal empirical Fisher of the adapter's parameters: the mean over mini-batches of the squared
-    gradient of the target cross-entropy, normalised to mean 1 (so lambda has one meaning across models)."""
+    """Diagonal empirical Fisher of the adapter's parameters, normalised to mean 1.
+
+    For each mini-batch of ``examples`` (``batch_size`` of them), the gradient of the batch's mean target
+    cross-entropy (against the gold targets, not sampled ones) is squared element-wise; F is the mean of
+    these over the mini-batches (as Avalanche's EWC estimates its importances), then divided by its own mean
+    over every entry of every adapter parameter (lora_A and lora_B of every adapted module), so that the
+    mean of F over the adapter is exactly 1 (the stage's total importance is fixed; only its distribution
+    over parameters is measured). This makes lambda comparable across models and stages, but not with EWC
+    settings on an unnormalised Fisher."""
     peft_model = base.activate([adapter])
     params = adapter_parameters(peft_model, adapter)
     for p in params.values():
@@ -309,7 +377,8 @@ class EWC(SequentialSFT):
         device = next(self.base.peft.parameters()).device
         stage_fisher = estimate_fisher(self.base, ADAPTER, examples, self.ctx.train.batch_size,
                                        resolve_precision(self.ctx.train.precision, device))
-        # Online EWC: Fishers of the stages add up; the anchor is the latest weights.
+        # Online EWC without decay: each stage's mean-1 Fisher is added (after k stages F has mean k), and
+        # the anchor is the latest weights.
         self.fisher = {n: self.fisher.get(n, 0) + f for n, f in stage_fisher.items()}
         self.anchor = {n: p.detach().float().cpu().clone()
                        for n, p in adapter_parameters(self.base.peft, ADAPTER).items()}

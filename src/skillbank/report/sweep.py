@@ -1,0 +1,115 @@
+"""The sweep report: every grid point's learning vs retention, the fixed selection rule and what it selected.
+
+``write_sweep_report(record, out)`` writes ``sweep.md`` and ``sweep-curves.png`` (one panel per method: each
+setting's diagonal EM, i.e. how well a stage learns its own family, against the first family's EM after the
+last stage, i.e. what it retained; the selected setting starred). ``sweep_table`` is the same grid as a rich
+table (the CLI prints it).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display on servers
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def _rows(record: dict):
+    """(method, point) for every point, in grid order."""
+    for method, info in record["methods"].items():
+        for e in info["points"]:
+            yield method, e
+
+
+def sweep_table(record: dict):
+    from rich.table import Table
+    table = Table(title=f"sweep on validation data, screens {', '.join(record['screens'])} (EM percent)",
+                  caption=f"selection rule: {record['rule']}")
+    for col in ("method", "#", "setting", "diagonal EM", "first family after last stage", "score", "selected"):
+        table.add_column(col, justify="left" if col in ("method", "setting") else "right")
+    for method, e in _rows(record):
+        if not e["finished"]:
+            table.add_row(method, str(e["index"]), e["label"], "-", "-", "unfinished", "")
+            continue
+        table.add_row(method, str(e["index"]), e["label"], _pct(e["diagonal_em"]), _pct(e["retained_first_em"]),
+                      f"{e['score']:.2f}", "<- selected" if e["selected"] else "")
+    return table
+
+
+def sweep_curves(record: dict, path: str | Path) -> Path | None:
+    """Learning vs retention per method (one panel each); None when no point finished."""
+    methods = [(m, [e for e in info["points"] if e["finished"]]) for m, info in record["methods"].items()]
+    methods = [(m, pts) for m, pts in methods if pts]
+    if not methods:
+        return None
+    ncols = min(3, len(methods))
+    nrows = math.ceil(len(methods) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.8 * nrows), dpi=120, squeeze=False)
+    for ax, (method, pts) in zip(axes.flat, methods):
+        xs = [100 * e["retained_first_em"] for e in pts]
+        ys = [100 * e["diagonal_em"] for e in pts]
+        ax.scatter(xs, ys, s=28, color="#4477aa", zorder=2)
+        for e, x, y in zip(pts, xs, ys):
+            ax.annotate(e["label"], (x, y), textcoords="offset points", xytext=(4, 3), fontsize=6.5, color="#333333")
+            if e["selected"]:
+                ax.scatter([x], [y], s=160, marker="*", color="#cc3311", zorder=3, label="selected")
+        ax.set_xlim(-3, 103)
+        ax.set_ylim(-3, 103)
+        ax.plot([0, 100], [0, 100], color="#bbbbbb", lw=0.8, ls="--", zorder=1)
+        ax.set_xlabel("first family's EM after the last stage (%)", fontsize=8)
+        ax.set_ylabel("diagonal EM (%)", fontsize=8)
+        ax.set_title(f"{method} ({len(pts)} settings)", fontsize=10)
+        if any(e["selected"] for e in pts):
+            ax.legend(fontsize=7, loc="lower right")
+    for ax in list(axes.flat)[len(methods):]:
+        ax.axis("off")
+    fig.suptitle("learning (diagonal) vs retention, validation split, mean over screens", fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def write_sweep_report(record: dict, out_dir: str | Path) -> Path:
+    from skillbank.continual.sweep import selected_toml
+    out = Path(out_dir)
+    fig = sweep_curves(record, out / "sweep-curves.png")
+    est = record.get("estimate", {})
+    screens = ", ".join(f"{s} (from {record['screen_of'].get(s, s)})" for s in record["screens"])
+    lines = ["# Hyperparameter sweep (validation data only)", "",
+             f"Screens: {screens}, "
+             f"{record['stages']} stages each, evaluated on the validation split carved out of each family's "
+             f"training requests (never the held-out set).", "",
+             "Families (train / validation requests): " + ", ".join(
+                 f"{k} {v['train']}/{v['validation']}" for k, v in record.get("families", {}).items()), "",
+             f"**Selection rule (fixed before running):** {record['rule']}.", ""]
+    if est:
+        lines += [f"Estimated cost: {est['request_epochs']:,.0f} training request-epochs, about "
+                  f"{est['cpu_seconds'] / 3600:.1f} CPU hours at {est['seconds_per_request_epoch']} s per request-epoch.", ""]
+    for method, info in record["methods"].items():
+        lines += [f"## {method}", "",
+                  "| # | setting | diagonal EM | first family after last stage | score | selected |",
+                  "|---:|---|---:|---:|---:|:---:|"]
+        for e in info["points"]:
+            if e["finished"]:
+                lines.append(f"| {e['index']} | {e['label']} | {_pct(e['diagonal_em'])} | {_pct(e['retained_first_em'])} "
+                             f"| {e['score']:.2f} | {'**yes**' if e['selected'] else ''} |")
+            else:
+                lines.append(f"| {e['index']} | {e['label']} | - | - | unfinished | |")
+        if not info["complete"]:
+            lines += ["", "_Not selected yet: some points are unfinished (rerun the sweep to continue)._"]
+        lines.append("")
+    if fig is not None:
+        lines += ["## Learning vs retention", "", f"![learning vs retention]({fig.name})", ""]
+    lines += ["## Selected values", "", "Paste into configs/compare.toml:", "", "```toml", selected_toml(record).rstrip(),
+              "```", ""]
+    md = out / "sweep.md"
+    md.write_text("\n".join(lines))
+    return md

@@ -1,0 +1,275 @@
+"""Fair baselines: the validation split (from training requests only, never held-out) and `skillbank sweep`
+(a grid screened on two-stage runs, resumable, selection = the argmax of the printed grid, bad grids refused
+before any work)."""
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from skillbank.cli import app
+from skillbank.config import ConfigError, RunConfig, SweepConfig
+from skillbank.continual import runner as runner_mod
+from skillbank.continual.methods import METHODS
+from skillbank.continual.runner import build_run_stream
+from skillbank.continual.sweep import expand_grid, plan_sweep, run_sweep, select, selected_toml
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def _stream_cfg(**stream):
+    return RunConfig.from_dict({"stream": {"source": "builtin", "train_per_family": 8, "test_per_family": 3, **stream}})
+
+
+# -- the validation split -------------------------------------------------------------------------------
+def test_validation_split_comes_from_training_only_and_is_seeded():
+    plain = build_run_stream(_stream_cfg())
+    split = build_run_stream(_stream_cfg(validation_per_family=3))
+    again = build_run_stream(_stream_cfg(validation_per_family=3))
+    other_seed = build_run_stream(_stream_cfg(validation_per_family=3, seed=1))
+    assert not plain.validation  # unset: no split, the stream as it always was
+    for k in plain.family_keys:
+        val, train, test = split.validation[k], split.train[k], split.test[k]
+        assert len(val) == 3 and len(train) == 5
+        assert {r.id for r in val} | {r.id for r in train} == {r.id for r in plain.train[k]}  # carved from training
+        assert not {r.id for r in val} & {r.id for r in train}  # the methods never train on it
+        assert not {r.request for r in val} & {r.request for r in test}  # never a held-out request
+        assert [r.id for r in test] == [r.id for r in plain.test[k]]  # the held-out set is untouched
+        assert [r.id for r in val] == [r.id for r in again.validation[k]]  # deterministic
+        assert [r.id for r in train] == [r.id for r in plain.train[k] if r.id not in {v.id for v in val}]
+    assert any([r.id for r in split.validation[k]] != [r.id for r in other_seed.validation[k]] for k in plain.family_keys)
+    frac = build_run_stream(_stream_cfg(validation_fraction=0.25))
+    assert all(len(frac.validation[k]) == 2 and len(frac.train[k]) == 6 for k in frac.family_keys)
+    assert split.summary()[split.family_keys[0]]["validation"] == 3
+
+
+def test_validation_split_config_errors():
+    with pytest.raises(ConfigError, match="not both"):
+        _stream_cfg(validation_per_family=2, validation_fraction=0.5)
+    with pytest.raises(ConfigError, match="split = 'validation' needs a validation split"):
+        RunConfig.from_dict({"eval": {"split": "validation"}})
+    with pytest.raises(ConfigError, match="split"):
+        RunConfig.from_dict({"eval": {"split": "train"}})
+    from skillbank.errors import StreamError
+    with pytest.raises(StreamError, match="at least one must stay"):
+        build_run_stream(_stream_cfg(validation_per_family=8))
+
+
+def test_the_shipped_sweep_never_validates_on_the_comparisons_held_out_requests():
+    sweep = SweepConfig.from_toml(CONFIGS / "sweep.toml")
+    compare = RunConfig.from_toml(CONFIGS / "compare.toml")
+    s, c = build_run_stream(sweep.run), build_run_stream(compare)
+    held_out = {r.request for recs in c.test.values() for r in recs} | {r.request for recs in s.test.values() for r in recs}
+    val = {r.request for recs in s.validation.values() for r in recs}
+    assert len(val) == 5 * 40 and not val & held_out
+    compare_train = {r.request for recs in c.train.values() for r in recs}
+    assert val <= compare_train  # the validation requests are the comparison's own training requests
+
+
+# -- sweeps on a tiny model -----------------------------------------------------------------------------
+def tiny_sweep(model_dir, grid, **extra) -> SweepConfig:
+    raw = {
+        "name": "tiny-sweep",
+        "stream": {"source": "builtin", "train_per_family": 5, "test_per_family": 2, "validation_per_family": 2},
+        "base": {"name": str(model_dir)},
+        "train": {"epochs": 1, "batch_size": 4, "rank": 4, "alpha": 8, "target_format": "compact"},
+        "eval": {"max_new_tokens": 6, "batch_size": 4},
+        "sweep": {"orders": ["O1", "O2"], "stages": 2, "grid": grid},
+    }
+    raw.update(extra)
+    return SweepConfig.from_dict(raw)
+
+
+GRID = {"sft": {"train": {"lr": [2e-3, 5e-4]}}, "lwf": {"weight": [0.1, 1.0]}}
+
+
+def _printed_rows(record):
+    from rich.console import Console
+    console = Console(record=True, width=250)
+    from skillbank.report.sweep import sweep_table
+    console.print(sweep_table(record))
+    rows = []
+    for line in console.export_text().splitlines():
+        cells = [c.strip() for c in re.split(r"[│┃|]", line)]
+        cells = [c for c in cells if c != ""]
+        if len(cells) >= 6 and cells[0] in GRID and cells[1].isdigit():
+            rows.append({"method": cells[0], "index": int(cells[1]), "score": float(cells[5]),
+                         "selected": "selected" in line})
+    return rows
+
+
+def test_a_sweep_resumes_without_redoing_finished_points_and_selects_the_printed_argmax(tmp_path, tiny_model_dir,
+                                                                                       monkeypatch):
+    cfg = tiny_sweep(tiny_model_dir, GRID)
+    out = tmp_path / "sweep"
+    lwf = METHODS["lwf"]
+    real_learn = lwf.learn
+    calls = []
+
+    def dying_learn(self, t, family, records):  # killed in the last point, screen T1,T2, stage 2
+        if self.params.weight == 1.0 and t == 2:
+            raise KeyboardInterrupt("killed")
+        return real_learn(self, t, family, records)
+
+    monkeypatch.setattr(lwf, "learn", dying_learn)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(cfg, out, progress=False)
+    partial = json.loads((out / "sweep.json").read_text())
+    assert [e["finished"] for e in partial["methods"]["sft"]["points"]] == [True, True]
+    assert partial["methods"]["lwf"]["selected"] is None  # unfinished grid: nothing selected yet
+
+    def counting(cls):
+        real = cls.learn if cls is not lwf else real_learn
+
+        def learn(self, t, family, records):
+            calls.append((type(self).name, self.ctx.order_name, t, len(records)))
+            return real(self, t, family, records)
+        return learn
+
+    monkeypatch.setattr(METHODS["sft"], "learn", counting(METHODS["sft"]))
+    monkeypatch.setattr(lwf, "learn", counting(lwf))
+    messages = []
+    record = run_sweep(cfg, out, say=messages.append, progress=False)
+    # only the killed point's remainder: its T1,T2 stage 2 (stage 1 was finished) and its T3,T1 screen
+    assert calls == [("lwf", "T1,T2", 2, 3), ("lwf", "T3,T1", 1, 3), ("lwf", "T3,T1", 2, 3)]  # 5 - 2 validation
+    assert sum("finished earlier, read back" in m for m in messages) == 3
+    assert any("selection rule (fixed before running)" in m for m in messages)
+
+    saved = json.loads((out / "sweep.json").read_text())
+    assert saved["screens"] == ["T1,T2", "T3,T1"] and saved["split"] == "validation"
+    for method, info in saved["methods"].items():
+        assert info["complete"]
+        for e in info["points"]:
+            assert set(e["screens"]) == {"T1,T2", "T3,T1"}
+            for s in e["screens"].values():
+                assert s["split"] == "validation"
+                cells = s["em"]["cells"]
+                assert s["diagonal_em"] == pytest.approx((cells[0][0] + cells[1][1]) / 2)
+                assert s["retained_first_em"] == cells[1][0]
+            assert e["score"] == round(100 * sum(s["seen_em"] for s in e["screens"].values()) / 2, 2)
+        # evaluated on validation requests only: 2 per seen family
+        ev = json.loads((out / info["points"][0]["dir"] / "methods" / method / "T3,T1" / "stage-02" / "eval.json").read_text())
+        assert all(m["n"] == 2 for m in ev["variants"][method]["tasks"].values())
+    # A tiny random model scores 0 everywhere: give the points distinct (and two tied) validation EMs on disk,
+    # as a trained model would, and read the sweep back. The selection is the argmax of the printed grid,
+    # the first in grid order on ties.
+    fake = {("sft", 0): 0.5, ("sft", 1): 0.5, ("lwf", 0): 0.25, ("lwf", 1): 0.75}
+    for method, info in saved["methods"].items():
+        for e in info["points"]:
+            for path in (out / e["dir"] / "methods" / method).glob("*/stage-*/eval.json"):
+                ev = json.loads(path.read_text())
+                for task, m in ev["variants"][method]["tasks"].items():
+                    m["graph_em"] = fake[(method, e["index"])] * (0.5 if path.parent.name == "stage-02" and
+                                                                  task == ev["order"][0] else 1.0)
+                path.write_text(json.dumps(ev))
+    record = run_sweep(cfg, out, progress=False)
+    saved = json.loads((out / "sweep.json").read_text())
+    assert [e["score"] for e in saved["methods"]["lwf"]["points"]] == [18.75, 56.25]
+    assert saved["methods"]["lwf"]["points"][1]["retained_first_em"] == 0.375
+    assert (saved["methods"]["sft"]["selected"], saved["methods"]["lwf"]["selected"]) == (0, 1)
+    rows = _printed_rows(record)
+    assert len(rows) == 4
+    for method in GRID:
+        mine = [r for r in rows if r["method"] == method]
+        best = max(r["score"] for r in mine)
+        first_best = next(r for r in mine if r["score"] == best)
+        assert [r["selected"] for r in mine] == [r is first_best for r in mine]
+        assert saved["methods"][method]["selected"] == first_best["index"]
+    # the report and the block to paste
+    assert (out / "sweep.md").is_file() and (out / "sweep-curves.png").is_file()
+    md = (out / "sweep.md").read_text()
+    assert "Selection rule (fixed before running)" in md and "sweep-curves.png" in md
+    pasted = tomllib.loads(selected_toml(saved))
+    lwf_best = saved["methods"]["lwf"]["points"][saved["methods"]["lwf"]["selected"]]
+    assert pasted["method_params"]["lwf"] == {"weight": lwf_best["params"]["weight"]}
+    sft_best = saved["methods"]["sft"]["points"][saved["methods"]["sft"]["selected"]]
+    assert pasted["train"] == {"lr": sft_best["train"]["lr"]}  # only sft tuned lr: one [train] block
+    # a third run reruns nothing
+    calls.clear()
+    run_sweep(cfg, out, progress=False)
+    assert calls == []
+    # the same directory with another recipe is refused, even where every point is finished
+    other = tiny_sweep(tiny_model_dir, GRID, train={"epochs": 2, "batch_size": 4, "rank": 4, "alpha": 8,
+                                                    "target_format": "compact"})
+    with pytest.raises(ConfigError, match="another configuration.*train.*delete"):
+        run_sweep(other, out, progress=False)
+    assert calls == []
+    # the CLI reads the selection back
+    res = CliRunner().invoke(app, ["sweep", "--out", str(out), "--selected-toml"])
+    assert res.exit_code == 0, res.output
+    assert tomllib.loads(res.output) == pasted
+
+
+def test_select_takes_the_first_of_tied_scores():
+    pts = [{"score": 10.0}, {"score": 12.5}, {"score": 12.5}, {"score": None}]
+    assert select(pts) == 1
+    assert select([]) is None
+
+
+def test_selected_toml_says_when_methods_disagree_on_train_fields():
+    def point(params, train, score):
+        return {"label": "x", "params": params, "train": train, "score": score, "selected": True}
+    record = {"screens": ["T1,T2"], "rule": "r", "methods": {
+        "sft": {"selected": 0, "points": [point({}, {"lr": 2e-3}, 1.0)]},
+        "lwf": {"selected": 0, "points": [point({"weight": 0.1}, {"lr": 5e-4}, 1.0)]},
+        "olora": {"selected": 0, "points": [point({"rank": 8, "target_modules": ["q_proj", "v_proj"]}, {}, 1.0)]}}}
+    text = selected_toml(record)
+    parsed = tomllib.loads(text)
+    assert "train" not in parsed and "sft: lr = 0.002" in text and "lwf: lr = 0.0005" in text
+    assert parsed["method_params"]["olora"] == {"rank": 8, "target_modules": ["q_proj", "v_proj"]}
+
+
+@pytest.mark.parametrize("grid,match", [
+    ({"sgd": {"lr": [1]}}, r"\[sweep.grid.sgd\].*unknown method 'sgd'"),
+    ({"lwf": {"lambda": [1.0]}}, r"\[sweep.grid.lwf\].*unknown parameter.*'lambda'.*weight"),
+    ({"ewc": {"train": {"learning_rate": [1e-3]}}}, r"unknown \[train\] field.*train.learning_rate"),
+    ({"lwf": {"weight": [0.5, -1.0]}}, r"\[sweep.grid.lwf\] point weight=-1.*weight"),
+    ({"sft": {"train": {"lr": [5.0]}}}, r"\[sweep.grid.sft\] point train.lr=5.*lr"),
+    ({"lwf": {"weight": []}}, r"empty list"),
+    ({"lwf": [{"weight": [0.1]}, {"weight": 0.1}]}, r"listed twice"),
+])
+def test_bad_grids_fail_before_any_work(tmp_path, tiny_model_dir, monkeypatch, grid, match):
+    started = []
+    monkeypatch.setattr(runner_mod, "run", lambda *a, **k: started.append(a))
+    with pytest.raises(ConfigError, match=match):
+        run_sweep(tiny_sweep(tiny_model_dir, grid), tmp_path / "s", progress=False)
+    assert started == [] and not (tmp_path / "s").exists()
+
+
+def test_a_sweep_without_a_validation_split_is_refused(tiny_model_dir, tmp_path):
+    cfg = tiny_sweep(tiny_model_dir, {"sft": {"train": {"lr": [2e-3]}}},
+                     stream={"source": "builtin", "train_per_family": 5, "test_per_family": 2})
+    with pytest.raises(ConfigError, match="validation split"):
+        run_sweep(cfg, tmp_path / "s", progress=False)
+    with pytest.raises(ConfigError, match="no \\[sweep\\] section"):
+        SweepConfig.from_dict({"name": "x"})
+
+
+def test_the_shipped_sweep_grid_and_its_budget():
+    cfg = SweepConfig.from_toml(CONFIGS / "sweep.toml")
+    points = expand_grid(cfg)
+    by_method = {}
+    for p in points:
+        by_method.setdefault(p.method, []).append(p)
+    assert sorted({p.params["weight"] for p in by_method["lwf"]}) == [0.05, 0.1, 0.25, 0.5, 1.0]
+    assert sorted({p.params["lam"] for p in by_method["ewc"]}) == [1e-3, 1e-2, 1e-1, 1.0]
+    assert [p.params for p in by_method["olora"]] == [
+        {"lambda_orth": 0.005}, {"lambda_orth": 0.05}, {"lambda_orth": 0.5},
+        {"lambda_orth": 0.5, "rank": 8, "target_modules": ["q_proj", "v_proj"]}]
+    assert sorted({p.params["fraction"] for p in by_method["replay"]}) == [0.1, 0.5]
+    for m in ("sft", "replay", "lwf", "ewc"):
+        assert sorted({p.train["lr"] for p in by_method[m]}) == [5e-4, 2e-3]
+    assert all(not p.train for p in by_method["olora"])
+    plan = plan_sweep(cfg)
+    assert plan.screens == ["T1,T2", "T3,T1"]
+    assert plan.seconds <= 4.1 * 3600  # the config's budget note: ~4 CPU hours
+    res = CliRunner().invoke(app, ["sweep", "--config", str(CONFIGS / "sweep.toml"), "--plan"])
+    assert res.exit_code == 0, res.output
+    assert "28 grid points x 2 screens" in res.output and "4.0 CPU hours" in res.output
