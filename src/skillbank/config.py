@@ -34,6 +34,23 @@ class ConfigError(SkillbankError, ValueError):
     """A run configuration file is missing, unparsable or invalid."""
 
 
+def _read_toml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+
+
+def _invalid(exc: ValidationError, head: str) -> ConfigError:
+    """The first validation error as ``<head><field.path>: <message> (got <value>)``."""
+    first = exc.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    return ConfigError(f"{head}{loc}: {first['msg']} (got {first.get('input')!r})")
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -177,14 +194,7 @@ class RunConfig(_Strict):
 
     @classmethod
     def from_toml(cls, path: str | Path) -> "RunConfig":
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such config file")
-        try:
-            raw = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML ({exc})") from None
-        return cls.from_dict(raw, where=str(path))
+        return cls.from_dict(_read_toml(path), where=str(path))
 
     @classmethod
     def from_run(cls, raw: dict, where: str = "config") -> "RunConfig":
@@ -209,9 +219,7 @@ class RunConfig(_Strict):
                 raise ConfigError("[eval] split = 'validation' needs a validation split: set [stream] "
                                   "validation_per_family (or validation_fraction)")
         except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first["loc"])
-            raise ConfigError(f"{where}: {loc}: {first['msg']} (got {first.get('input')!r})") from None
+            raise _invalid(exc, f"{where}: ") from None
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
         except SkillbankError as exc:
@@ -228,14 +236,7 @@ class SweepConfig(BaseModel):
 
     @classmethod
     def from_toml(cls, path: str | Path) -> "SweepConfig":
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such config file")
-        try:
-            raw = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML ({exc})") from None
-        return cls.from_dict(raw, where=str(path))
+        return cls.from_dict(_read_toml(path), where=str(path))
 
     @classmethod
     def from_dict(cls, raw: dict, where: str = "config") -> "SweepConfig":
@@ -246,9 +247,7 @@ class SweepConfig(BaseModel):
         try:
             sweep = SweepSettings.model_validate(raw.pop("sweep"))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first["loc"])
-            raise ConfigError(f"{where}: [sweep] {loc}: {first['msg']} (got {first.get('input')!r})") from None
+            raise _invalid(exc, f"{where}: [sweep] ") from None
         if not sweep.grid:
             raise ConfigError(f"{where}: [sweep] has no grid (add [sweep.grid.<method>] blocks)")
         from skillbank.continual.methods.registry import UnknownMethodError, method_class

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, ClassVar, Iterator, Optional, Sequence
 
 import torch
-from pydantic import BaseModel, ConfigDict, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from skillbank.data.records import Record
 from skillbank.data.stream import Stream
@@ -45,6 +45,18 @@ class MethodParams(BaseModel):
     @model_serializer(mode="wrap")
     def _without_unset_optionals(self, handler):
         return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class AddressParams(MethodParams):
+    """Hyperparameters of a method that routes requests with its own Address Memory (FSM, routed Progressive)."""
+
+    address_kind: str = Field("", description="Address Memory kind; empty = the run's [address] section")
+    address_params: dict = Field(default_factory=dict)
+
+    def resolve(self, ctx: "MethodContext") -> tuple[str, dict]:
+        """(kind, params) of the Address Memory: this method's own settings, else the run's [address] section."""
+        address = ctx.extras.get("address", {})
+        return self.address_kind or address.get("kind", "hashing-nb"), self.address_params or address.get("params", {})
 
 
 @dataclass(frozen=True)

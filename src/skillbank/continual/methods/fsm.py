@@ -16,31 +16,22 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Sequence
 
-from pydantic import Field
-
 from skillbank.data.records import Record
-from skillbank.continual.methods.base import Method, MethodParams, Query
+from skillbank.continual.methods.base import AddressParams, Method, Query
 from skillbank.memory.address import load_selector, make_selector
 from skillbank.model.prompts import render_prompt
-
-
-class FSMParams(MethodParams):
-    address_kind: str = Field("", description="Address Memory kind; empty = the run's [address] section")
-    address_params: dict = Field(default_factory=dict)
 
 
 class FSM(Method):
     name = "fsm"
     title = "FSM"
-    Params = FSMParams
+    Params = AddressParams
     order_independent = True
 
     def __init__(self, ctx, params=None):
         from skillbank.memory.bank import SkillBank
         super().__init__(ctx, params)
-        address = ctx.extras.get("address", {})
-        self.address_kind = self.params.address_kind or address.get("kind", "hashing-nb")
-        self.address_params = self.params.address_params or address.get("params", {})
+        self.address_kind, self.address_params = self.params.resolve(ctx)
         bank_dir = ctx.workdir / "bank"
         if (bank_dir / "bank.json").is_file():
             self.bank = SkillBank.open(bank_dir, base=ctx.base)

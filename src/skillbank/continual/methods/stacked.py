@@ -25,7 +25,7 @@ import torch
 from pydantic import Field
 
 from skillbank.data.records import Record
-from skillbank.continual.methods.base import Method, MethodParams, Query, weights_digest
+from skillbank.continual.methods.base import AddressParams, Method, MethodParams, Query, weights_digest
 from skillbank.train.executor import TrainConfig, add_lora, summarize
 from skillbank.train.loop import LossTerm, StepContext, adapter_parameters, fit
 
@@ -110,12 +110,6 @@ class LegacyProgressive(StackedLoRA):
     title = "Stacked-LoRA (summed, unrouted; run as 'progressive')"
 
 
-class ProgressiveRoutedParams(MethodParams):
-    address_kind: str = Field("", description="Address Memory kind of the routed variant; empty = the run's "
-                                              "[address] section (as FSM's)")
-    address_params: dict = Field(default_factory=dict)
-
-
 class ProgressiveRoutedLoRA(StackedLoRA):
     """Trained as :class:`StackedLoRA`; a request routed to family j (the j-th of the order) is answered by
     adapters 1..j only (family j's column). Variants: ``progressive-routed`` (the family chosen by the
@@ -124,14 +118,12 @@ class ProgressiveRoutedLoRA(StackedLoRA):
     name = "progressive-routed"
     title = "Progressive-LoRA (routed)"
     ORACLE = "progressive-oracle"
-    Params = ProgressiveRoutedParams
+    Params = AddressParams
 
     def __init__(self, ctx, params=None):
         from skillbank.memory.address import make_selector
         super().__init__(ctx, params)
-        address = ctx.extras.get("address", {})
-        self.address_kind = self.params.address_kind or address.get("kind", "hashing-nb")
-        self.address_params = self.params.address_params or address.get("params", {})
+        self.address_kind, self.address_params = self.params.resolve(ctx)
         self.address = make_selector(self.address_kind, **self.address_params)  # this order's own
         self.columns: list[str] = []  # state of column j (adapters 1..j) at index j-1
 

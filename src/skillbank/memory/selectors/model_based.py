@@ -38,6 +38,14 @@ def _softmax(scores: np.ndarray) -> np.ndarray:
     return p / p.sum(axis=1, keepdims=True)
 
 
+def _top2_margin(jll: np.ndarray) -> np.ndarray:
+    """Per row: best minus second-best log score; +inf where there is a single class."""
+    if jll.shape[1] < 2:
+        return np.full(len(jll), np.inf)
+    top2 = np.sort(jll, axis=1)[:, -2:]
+    return top2[:, 1] - top2[:, 0]
+
+
 class _ShardListSelector(Selector):
     """Selectors whose only learned state is the list of shards seen (in arrival order)."""
 
@@ -410,11 +418,7 @@ class AddressCompeteSelector(Selector):
 
     def margins(self, requests: Sequence[str]) -> np.ndarray:
         """Top-2 margin of each request: log p(best family) - log p(second); +inf with a single family."""
-        jll = self.address.joint_log_likelihood(check_requests(requests))
-        if jll.shape[1] < 2:
-            return np.full(len(jll), np.inf)
-        top2 = np.sort(jll, axis=1)[:, -2:]
-        return top2[:, 1] - top2[:, 0]
+        return _top2_margin(self.address.joint_log_likelihood(check_requests(requests)))
 
     def partial_fit(self, requests, labels) -> "AddressCompeteSelector":
         reqs = check_requests(requests)
@@ -428,11 +432,12 @@ class AddressCompeteSelector(Selector):
     def predict_proba(self, requests) -> np.ndarray:
         self._check_fitted()
         reqs = check_requests(requests)
-        proba = self.address.predict_proba(reqs)
+        jll = self.address.joint_log_likelihood(reqs)  # once: both the routing and the margins read it
+        proba = _softmax(jll)
         if len(self.classes_) < 2 or not len(self.margins_):
             self.competed_ = 0
             return proba
-        unsure = np.flatnonzero(self.margins(reqs) < self.threshold_)
+        unsure = np.flatnonzero(_top2_margin(jll) < self.threshold_)
         self.competed_ = len(unsure)
         if not len(unsure):
             return proba
