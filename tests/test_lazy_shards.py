@@ -96,3 +96,28 @@ def test_grammar_caches_are_bounded(three_shard_bank, tiny_model_dir, small_stre
         cache.compile(bank.execution.grammar(k))
     assert len(cache._compiled) == 2 and set(cache.compile_seconds) == set(cache._compiled)
     cache.matcher(bank.execution.grammar(keys[0]))  # an evicted grammar compiles again on demand
+
+
+def test_grammar_bounds_follow_max_resident(three_shard_bank, tiny_model_dir, small_stream, monkeypatch):
+    """Under max_resident the kept and compiled grammars are sized from it, not from the bank, so a process
+    cycling through every shard of a large bank keeps flat grammar memory (decoding still works)."""
+    import skillbank.memory.execution as execution
+    from skillbank.serve.state import open_snapshot
+
+    keys = small_stream.family_keys[:3]
+    monkeypatch.setattr(execution, "MIN_GRAMMARS_KEPT", 1)
+    monkeypatch.setattr(execution, "COMPILED_PER_SHARD", 2)
+    bank = SkillBank.open(three_shard_bank, base=fresh(tiny_model_dir), max_resident=1)
+    for k in keys:
+        out = bank.execution.generate([small_stream.test[k][0].request], [k], max_new_tokens=MAX_NEW)
+        assert out[0].constrained
+        assert len(bank.execution._grammars) == 1 and list(bank.execution.resident) == [k]
+        cache = bank.execution.grammar_cache()
+        assert cache.max_compiled == 2 and len(cache._compiled) <= 2
+    cache.limit(100)  # the bound is never raised by a looser caller
+    assert cache.max_compiled == 2
+    with pytest.raises(Exception, match="max_compiled"):
+        cache.limit(0)
+    snapshot = open_snapshot(three_shard_bank, base=fresh(tiny_model_dir), max_resident=1)
+    assert snapshot.grammars.maxsize == 1
+    assert open_snapshot(three_shard_bank, base=fresh(tiny_model_dir)).grammars.maxsize == execution.GRAMMARS_KEPT

@@ -265,9 +265,12 @@ def test_address_compete(tmp_path, tiny_bank, small_stream):
     assert len(sel.margins_) == sum(len(small_stream.train[k]) for k in keys[1:])  # the first stage has no rival
     margins = sel.margins(test)
     unsure = margins < sel.threshold_
+    planned = sel.competing_pairs(test)  # what an evaluation generates up front: exactly what predict asks for
+    assert not cache.outputs
     proba = sel.predict_proba(test)
     assert sel.competed_ == int(unsure.sum()) and np.allclose(proba.sum(1), 1)
     assert len(cache.outputs) == 2 * sel.competed_  # k generations per unsure request, none for the others
+    assert set(cache.outputs) == set(planned) and len(planned) == len(set(planned))
     base = plain.predict_proba(test)
     np.testing.assert_allclose(proba[~unsure], base[~unsure])  # sure requests: exactly the Address Memory
     for i in np.flatnonzero(unsure):

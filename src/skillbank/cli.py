@@ -329,7 +329,7 @@ def selectors_cmd(
     orders: List[str] = typer.Option(["O1"], "--order", help="Task order(s): O1, O2 or e.g. T2,T1,T3."),
     out_dir: Path = typer.Option(..., "--out", help="Output directory: selectors.json, selectors.md, PNGs, outputs.jsonl."),
     kinds: List[str] = typer.Option([], "--selectors", help="Selector kind(s) (repeatable; default all): oracle, "
-                                    "hashing-nb, tfidf-logreg, embed-lda-nb, epi, adaptercl, self-route."),
+                                    "hashing-nb, tfidf-logreg, embed-lda-nb, epi, adaptercl, self-route, address-compete."),
     test_per_family: Optional[int] = typer.Option(None, help="Evaluate only the first N held-out requests per task."),
     max_new_tokens: int = typer.Option(256, help="Generation cap (outputs cached under another cap are not reused)."),
     batch_size: int = typer.Option(16, help="Requests generated / scored together."),

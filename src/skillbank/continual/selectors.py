@@ -153,6 +153,19 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
         # Self-route needs every shard's output for every request; one call lets each shard batch them all.
         cache.get([(s, r.request) for k in stream.family_keys for r in tests[k] for s in stream.family_keys], say)
 
+    if "address-compete" in kinds:
+        # Which requests compete depends on the Address Memory alone: collect every prefix's competing pairs
+        # with a selector that only routes, then generate them per shard in full batches (inside the prefix
+        # loop each prefix would generate its few pairs in small batches of its own).
+        planned: set[tuple[str, str]] = set()
+        for order_name in orders:
+            order = stream.order(order_name)
+            scout = make_selector("address-compete", **context["address-compete"])
+            for t, family in enumerate(order, start=1):
+                scout.partial_fit([r.request for r in stream.train[family]], family)
+                planned.update(scout.competing_pairs([r.request for k in order[:t] for r in tests[k]]))
+        cache.get(sorted(planned), say)
+
     t_start = time.perf_counter()
     routes: dict[str, dict[str, list[list[str]]]] = {}  # order -> kind -> per stage: routed shard per request
     cost: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))

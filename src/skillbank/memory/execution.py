@@ -17,6 +17,8 @@ well-formed graphs. ``constrain=False`` decodes freely (for comparison).
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
 import sys
 from collections import OrderedDict, defaultdict
@@ -30,7 +32,16 @@ from skillbank.errors import BankError, ModelError
 from skillbank.graph import ParseResult
 from skillbank.model.base import EMBEDDED, LoadedBase
 
-GRAMMARS_KEPT = 256  # per-shard grammars kept built (least recently used dropped; rebuilt on demand)
+GRAMMARS_KEPT = 256  # per-shard grammars kept built without max_resident (least recently used dropped)
+MIN_GRAMMARS_KEPT = 8  # with max_resident: at least this many, so a small bound does not rebuild every call
+COMPILED_PER_SHARD = 16  # compiled grammars (whole plan + plan prefixes) kept per shard grammar kept
+
+
+def grammars_kept(max_resident: int | None) -> int:
+    """How many shard grammars to keep built. Grammars are rebuilt on demand in a few ms, but a built one
+    costs ~0.3 MB and its compiled forms ~0.3 MB each, so under ``max_resident`` they follow the resident
+    shards (with a small floor) and memory stays flat however many shards a long-running process uses."""
+    return GRAMMARS_KEPT if max_resident is None else max(MIN_GRAMMARS_KEPT, max_resident)
 from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS, GenerationStats, generate_for_requests
 from skillbank.model.prompts import prompt_ids
 from skillbank.model.serialization import decode_output
@@ -67,7 +78,7 @@ class ExecutionMemory:
         self.stats = GenerationStats()
         # Each shard's grammar is rebuilt on demand (a few ms), so only the recently used ones are kept:
         # with thousands of shards an unbounded map grew ~0.3 MB per shard ever used.
-        self._grammars: LRUCache = LRUCache(GRAMMARS_KEPT)
+        self._grammars: LRUCache = LRUCache(grammars_kept(max_resident))
 
     # -- write -------------------------------------------------------------------------------
     def add(self, name: str, directory: str | Path, entry) -> None:
@@ -92,9 +103,12 @@ class ExecutionMemory:
             self.resident.move_to_end(name)
         keep = set(names) | set(pinned)
         if self.max_resident is not None:
-            for victim in [n for n in self.resident if n not in keep][:max(0, len(self.resident) - self.max_resident)]:
+            victims = [n for n in self.resident if n not in keep][:max(0, len(self.resident) - self.max_resident)]
+            for victim in victims:
                 self.base.remove_adapter(victim)
                 del self.resident[victim]
+            if victims:
+                release_freed_memory()
 
     def _load(self, name: str) -> None:
         """Read a shard's adapter after checking its files: a shard deleted or corrupted after the bank was
@@ -163,6 +177,14 @@ class ExecutionMemory:
         self.resident.pop(name, None)
 
     # -- grammars ----------------------------------------------------------------------------
+    def grammar_cache(self):
+        """The base's compiled-grammar cache, bounded to what this memory's kept grammars need."""
+        from skillbank.model.constrain import grammar_cache
+        cache = grammar_cache(self.base.peft if self.base.peft is not None else self.base.model, self.base.tokenizer)
+        if self.max_resident is not None:
+            cache.limit(COMPILED_PER_SHARD * grammars_kept(self.max_resident))
+        return cache
+
     def grammar(self, name: str, copy_from: str | None = None):
         """Shard ``name``'s grammar, built once from its ``skills.json`` (per request when values are
         copy-constrained)."""
@@ -217,6 +239,8 @@ class ExecutionMemory:
                 grammars = [self.grammar(name, requests[i] if copy_values else None) for i in idx]
             self.ensure_resident([name])
             model = self.base.activate(name)
+            if grammars:
+                self.grammar_cache()
             outs = generate_for_requests(model, self.base.tokenizer, [requests[i] for i in idx],
                                          system_prompt=entry.system_prompt, batch_size=batch_size,
                                          max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
@@ -226,6 +250,27 @@ class ExecutionMemory:
                                        reason=o.reason)
                 results[i] = ShardOutput(name, o.text, parsed, o.n_tokens, o.mean_logprob, o.stopped, constrain)
         return results  # type: ignore[return-value]
+
+
+@functools.cache
+def _libc_malloc_trim():
+    """glibc's ``malloc_trim``, or None on other C libraries (musl, macOS), where there is nothing to call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def release_freed_memory() -> None:
+    """Hand the pages freed by evicted adapters back to the OS. glibc keeps freed heap memory in its arenas:
+    a process cycling through many shards (a load, an eviction, grammars built and dropped) held ~40 MB more
+    than it used, measured with 4 resident shards over 80 (``malloc_trim`` returned it). No library wraps
+    this call, hence ctypes; a few ms, paid only when shards are evicted."""
+    trim = _libc_malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def peft_base_name(name: str) -> str:

@@ -495,6 +495,20 @@ class GrammarCache:
             self._tok = xgrammar.GrammarCompiler(info, cache_enabled=False)
         self.tokenizer_seconds = time.perf_counter() - t0
 
+    def limit(self, max_compiled: int) -> None:
+        """Keep at most ``max_compiled`` compiled grammars from now on (never raises the bound: banks sharing
+        a tokenizer share this cache, and the tightest bound wins)."""
+        if max_compiled < 1:
+            raise ModelError(f"max_compiled must be >= 1, got {max_compiled}")
+        with self._lock:
+            self.max_compiled = min(self.max_compiled, int(max_compiled))
+            self._evict()
+
+    def _evict(self) -> None:
+        while len(self._compiled) > self.max_compiled:
+            evicted, _ = self._compiled.popitem(last=False)
+            self.compile_seconds.pop(evicted, None)
+
     def bitmask(self, rows: int) -> torch.Tensor:
         return torch.full((rows, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)
 
@@ -505,9 +519,7 @@ class GrammarCache:
                 t0 = time.perf_counter()
                 self._compiled[key] = self._compile(grammar)
                 self.compile_seconds[key] = time.perf_counter() - t0
-                while len(self._compiled) > self.max_compiled:
-                    evicted, _ = self._compiled.popitem(last=False)
-                    self.compile_seconds.pop(evicted, None)
+                self._evict()
             self._compiled.move_to_end(key)
             return self._compiled[key]
 

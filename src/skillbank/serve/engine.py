@@ -136,8 +136,7 @@ class LocalEngine:
         prompts = [render_prompt(tok, j.request, j.entry.system_prompt) for j in jobs]
         matchers = None
         if any(j.grammar is not None for j in jobs):
-            from skillbank.model.constrain import grammar_cache
-            cache = grammar_cache(self.execution.base.peft, tok)
+            cache = self.execution.grammar_cache()
             matchers = [cache.matcher(j.grammar) if j.grammar is not None else None for j in jobs]
         batch.add(prompts, [id(j) for j in jobs], [j.shard for j in jobs], [j.max_new_tokens for j in jobs], matchers)
 

@@ -20,7 +20,7 @@ from cachetools import LRUCache
 
 from skillbank.errors import BankError, SkillbankError
 from skillbank.memory.address import load_selector
-from skillbank.memory.execution import GRAMMARS_KEPT
+from skillbank.memory.execution import GRAMMARS_KEPT, grammars_kept
 from skillbank.memory.bank import Manifest, ShardEntry, SkillBank, load_scope, read_manifest, verify_shards
 
 
@@ -98,7 +98,8 @@ def open_snapshot(root: Path, base=None, *, load_model: bool = True, threads: in
         verify_shards(root, manifest)
         address = load_selector(root / manifest.address_dir) if manifest.address_dir else None
         bank = SkillBank(root, manifest, None, address, load_scope(root, manifest))
-    return Snapshot(bank, {s.name: read_catalog(root, s) for s in bank.manifest.shards})
+    return Snapshot(bank, {s.name: read_catalog(root, s) for s in bank.manifest.shards},
+                    grammars=LRUCache(grammars_kept(max_resident if load_model else None)))
 
 
 def newer_snapshot(current: Snapshot) -> Snapshot | None:
@@ -130,7 +131,7 @@ def newer_snapshot(current: Snapshot) -> Snapshot | None:
     catalogs = dict(current.catalogs)
     catalogs.update({s.name: read_catalog(root, s) for s in added})
     return Snapshot(SkillBank(root, manifest, execution, address, load_scope(root, manifest)), catalogs,
-                    current.version + 1)
+                    current.version + 1, grammars=LRUCache(current.grammars.maxsize))
 
 
 __all__ = ["Snapshot", "open_snapshot", "newer_snapshot", "read_catalog", "SkillbankError"]

@@ -429,20 +429,34 @@ class AddressCompeteSelector(Selector):
         self.margins_ = np.concatenate([self.margins_, fresh[np.isfinite(fresh)]])
         return self
 
-    def predict_proba(self, requests) -> np.ndarray:
-        self._check_fitted()
-        reqs = check_requests(requests)
+    def _contest(self, reqs: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The Address Memory's probabilities, the indices of the unsure requests and each one's top-k
+        candidate columns (best first)."""
         jll = self.address.joint_log_likelihood(reqs)  # once: both the routing and the margins read it
         proba = _softmax(jll)
         if len(self.classes_) < 2 or not len(self.margins_):
-            self.competed_ = 0
-            return proba
+            return proba, np.zeros(0, dtype=int), np.zeros((0, 0), dtype=int)
         unsure = np.flatnonzero(_top2_margin(jll) < self.threshold_)
+        k = min(self.k, len(self.classes_))
+        return proba, unsure, np.argsort(-proba[unsure], axis=1)[:, :k]
+
+    def competing_pairs(self, requests) -> list[tuple[str, str]]:
+        """The (shard, request) generations :meth:`predict` would ask for, without generating them: which
+        requests compete depends on the Address Memory alone, so an evaluation can collect the pairs of many
+        calls and generate them in a few large batches first."""
+        self._check_fitted()
+        reqs = check_requests(requests)
+        _, unsure, candidates = self._contest(reqs)
+        return [(self.classes_[c], reqs[i]) for i, row in zip(unsure, candidates) for c in row]
+
+    def predict_proba(self, requests) -> np.ndarray:
+        self._check_fitted()
+        reqs = check_requests(requests)
+        proba, unsure, candidates = self._contest(reqs)
         self.competed_ = len(unsure)
         if not len(unsure):
             return proba
-        k = min(self.k, len(self.classes_))
-        candidates = np.argsort(-proba[unsure], axis=1)[:, :k]
+        k = candidates.shape[1]
         pairs = [(self.classes_[c], reqs[i]) for i, row in zip(unsure, candidates) for c in row]
         outputs = self.self_route.cache().get(pairs)
         for n, (i, row) in enumerate(zip(unsure, candidates)):
