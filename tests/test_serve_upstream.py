@@ -62,6 +62,29 @@ def test_upstream_down_is_a_502(bank_dir):
         assert c.get("/healthz").json()["status"] == "ok"
 
 
+def test_upstream_front_checks_a_shard_on_its_first_request(tmp_path, bank_dir, small_stream):
+    """The front hashes no shard at startup (opening must not grow with the number of shards); a shard deleted or
+    corrupted on disk is found on its first routed request, which gets an error naming it, while the other
+    shard keeps being served (here: reaches the upstream, which is down, so a 502)."""
+    from skillbank.memory.bank import read_manifest
+    k1, k2 = small_stream.family_keys[:2]
+    bank = copy_bank(bank_dir, tmp_path / "bank")
+    entry = {s.name: s for s in read_manifest(bank).shards}[k2]
+    weights = bank / entry.dir / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-4] + b"\0\0\0\0")
+    front = create_app(bank, ServeConfig(upstream=f"http://127.0.0.1:{free_port()}", max_new_tokens=MAX_NEW))
+    svc = service_of(front)
+    with TestClient(front) as c:
+        assert c.get("/healthz").json()["status"] == "ok" and svc.snapshot.verified == set()
+        for _ in range(2):  # a failed check is not remembered as passed
+            r = c.post("/v1/plan", json={"request": small_stream.test[k2][0].request, "shard": k2})
+            assert r.status_code == 500
+            assert f"shard '{k2}'" in r.json()["error"]["message"] and "does not match its digest" in r.json()["error"]["message"]
+        r = c.post("/v1/plan", json={"request": small_stream.test[k1][0].request, "shard": k1})
+        assert r.status_code == 502 and svc.snapshot.verified == {k1}
+        assert 'skillbank_errors_total{kind="shard"} 2.0' in c.get("/metrics").text
+
+
 def test_out_of_scope_is_answered_before_the_upstream(bank_dir, small_stream):
     """The scope check runs in the front, before the engine: with the upstream down, an out-of-scope request is
     still answered (and counted), an in-scope one is a 502."""

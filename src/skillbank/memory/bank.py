@@ -740,21 +740,25 @@ def _merge_family_stats(address: Selector, scope: ScopeDetector | None, family: 
         scope.train_scores_[family] = fam_scope.train_scores_[imported["source_name"]]
 
 
+def shard_file_problems(name: str, directory: Path, digests: dict[str, str]) -> list[str]:
+    """Every missing or modified file of one shard (reads and hashes its files)."""
+    if not directory.is_dir():
+        return [f"shard {name!r} is missing its directory {directory}"]
+    problems = []
+    for fname, digest in digests.items():
+        path = directory / fname
+        if not path.is_file():
+            problems.append(f"shard {name!r} is missing {path}")
+        elif file_digest(path) != digest:
+            problems.append(f"shard {name!r}: {path} does not match its digest (modified or corrupted); "
+                            "shards are write-once")
+    return problems
+
+
 def shard_problems(root: Path, manifest: Manifest) -> list[str]:
     """Every missing or modified file of every shard and of the Address Memory (reads and hashes them all)."""
-    problems = []
-    for shard in manifest.shards:
-        d = root / shard.dir
-        if not d.is_dir():
-            problems.append(f"{root}: shard {shard.name!r} is missing its directory {shard.dir}")
-            continue
-        for name, digest in shard.digests.items():
-            p = d / name
-            if not p.is_file():
-                problems.append(f"{root}: shard {shard.name!r} is missing {shard.dir}/{name}")
-            elif file_digest(p) != digest:
-                problems.append(f"{root}: shard {shard.name!r} file {shard.dir}/{name} does not match its digest "
-                                "(modified or corrupted); shards are write-once")
+    problems = [f"{root}: {problem}" for shard in manifest.shards
+                for problem in shard_file_problems(shard.name, root / shard.dir, shard.digests)]
     if manifest.address_dir:
         try:
             load_selector(root / manifest.address_dir)

@@ -114,15 +114,11 @@ class ExecutionMemory:
     def _load(self, name: str) -> None:
         """Read a shard's adapter after checking its files: a shard deleted or corrupted after the bank was
         opened fails here, naming the shard, and every other shard keeps working."""
-        from skillbank.memory.bank import file_digest
+        from skillbank.memory.bank import shard_file_problems
         directory, entry = self.dirs[name], self.shards[name]
-        for fname, digest in (getattr(entry, "digests", None) or {}).items():
-            path = directory / fname
-            if not path.is_file():
-                raise BankError(f"shard {name!r} is missing {path} (deleted after the bank was opened?)")
-            if file_digest(path) != digest:
-                raise BankError(f"shard {name!r}: {path} does not match its digest (modified or corrupted); "
-                                "shards are write-once")
+        problems = shard_file_problems(name, directory, getattr(entry, "digests", None) or {})
+        if problems:
+            raise BankError(problems[0] + " (checked as the shard was loaded)")
         try:
             self.base.load_adapter(name, directory)
         except ModelError as exc:

@@ -184,6 +184,17 @@ class Service:
         route_s = (time.perf_counter() - t0) / len(requests)
         self.metrics.route_seconds.observe(route_s)
 
+        # Upstream mode: a shard's files are hashed on its first routed request, off the event loop (a local
+        # bank checks them as it loads the shard).
+        unverified = [] if snap.bank.execution is not None else [n for n in dict.fromkeys(
+            n for n, v in zip(names, verdicts) if v is None or v.in_scope is not False) if n not in snap.verified]
+        for name in unverified:
+            try:
+                await asyncio.to_thread(snap.verify, name)
+            except SkillbankError as exc:
+                self.metrics.errors.labels("shard").inc()
+                raise ServiceError(500, f"shard {name!r} cannot be served: {exc}") from None
+
         cap = self.default_max_new_tokens(snap)
         mnt = min(max_new_tokens, cap) if max_new_tokens else cap
         limit = self.engine.context_limit()

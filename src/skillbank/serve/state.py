@@ -21,7 +21,8 @@ from cachetools import LRUCache
 from skillbank.errors import BankError, SkillbankError
 from skillbank.memory.address import load_selector
 from skillbank.memory.execution import GRAMMARS_KEPT, grammars_kept
-from skillbank.memory.bank import Manifest, ShardEntry, SkillBank, load_scope, read_manifest, verify_shards
+from skillbank.memory.bank import (Manifest, ShardEntry, SkillBank, load_scope, read_manifest, shard_file_problems,
+                                   verify_shards)
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,20 @@ class Snapshot:
     # shared by request threads, hence the lock
     grammars: LRUCache = field(default_factory=lambda: LRUCache(GRAMMARS_KEPT), compare=False)
     _grammar_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+    # Upstream mode: shards whose files were hashed and found as published (the upstream reads them). Checked
+    # on a shard's first routed request, not at startup, so opening does not grow with the number of shards.
+    verified: set[str] = field(default_factory=set, compare=False)
+
+    def verify(self, name: str) -> None:
+        """Check a shard's files against its digests once (upstream mode; a local bank checks as it loads).
+        A shard deleted or corrupted after startup fails here, naming the shard; the others keep serving."""
+        if self.bank.execution is not None or name in self.verified:
+            return
+        entry = self.entry(name)
+        problems = shard_file_problems(name, self.bank.root / entry.dir, entry.digests)
+        if problems:
+            raise BankError(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+        self.verified.add(name)  # set.add is atomic under the GIL; a race only hashes a shard twice
 
     def grammar(self, name: str):
         """The shard's grammar (constrained decoding), built from its skills.json and kept while recently used."""
@@ -86,7 +101,9 @@ def read_catalog(root: Path, entry: ShardEntry) -> dict:
 def open_snapshot(root: Path, base=None, *, load_model: bool = True, threads: int | None = None,
                   max_resident: int | None = None) -> Snapshot:
     """Open the bank for serving: the full bank (model, shards) or, with ``load_model=False`` (upstream mode),
-    only what routing and decoding need: manifest, verified shard digests, Address Memory."""
+    only what routing and decoding need: manifest, Address Memory, each shard's skills.json. Either way no
+    shard is hashed or loaded here: its files are checked against their digests the first time a request is
+    routed to it (``skillbank info --verify`` checks them all)."""
     if load_model:
         config = None
         if base is None:
@@ -95,7 +112,6 @@ def open_snapshot(root: Path, base=None, *, load_model: bool = True, threads: in
         bank = SkillBank.open(root, base=base, base_config=config, max_resident=max_resident)
     else:
         manifest = read_manifest(root)
-        verify_shards(root, manifest)
         address = load_selector(root / manifest.address_dir) if manifest.address_dir else None
         bank = SkillBank(root, manifest, None, address, load_scope(root, manifest))
     return Snapshot(bank, {s.name: read_catalog(root, s) for s in bank.manifest.shards},
@@ -131,7 +147,8 @@ def newer_snapshot(current: Snapshot) -> Snapshot | None:
     catalogs = dict(current.catalogs)
     catalogs.update({s.name: read_catalog(root, s) for s in added})
     return Snapshot(SkillBank(root, manifest, execution, address, load_scope(root, manifest)), catalogs,
-                    current.version + 1, grammars=LRUCache(current.grammars.maxsize))
+                    current.version + 1, grammars=LRUCache(current.grammars.maxsize),
+                    verified=set(current.verified) | {s.name for s in added})
 
 
 __all__ = ["Snapshot", "open_snapshot", "newer_snapshot", "read_catalog", "SkillbankError"]
