@@ -15,10 +15,16 @@ built. At each K of ``--ks``:
   - ``route``: Address Memory route accuracy on the held-out requests of the K families learned, and the
     median times of routing one request and of its scope check, one request at a time.
 
-Prints one row per K and the ratios against the smallest K, and plots cost vs K. Disk: K_max shards of
-~7 MB. Time here: about 10 minutes for K_max = 1,000.
+Prints one row per K and the ratios against the smallest K, and plots cost vs K. Then, on the finished bank,
+the memory of a long-running planner: a fresh process opens it with ``--max-resident`` shards and plans one
+request on each of ``--resident-shards`` distinct shards in turn (every use past the bound evicts one), and
+reports its resident memory every 20 shards against the memory after the first 5 - it must stop growing
+(shards, their grammars and the freed heap are all bounded). Disk: K_max shards of ~7 MB. Time here: about
+10 minutes for K_max = 1,000, plus ~4 minutes for the memory probe.
 
     .venv/bin/python bench/scale.py [--ks 5,100,1000] [--out runs/bench-scale]
+    .venv/bin/python bench/scale.py --resident-only [--out runs/bench-scale]    # the memory probe alone, on
+                                                                                # the bank a full run left
 """
 from __future__ import annotations
 
@@ -50,6 +56,24 @@ t2 = time.perf_counter()
 rss = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS:"))
 print(json.dumps({"base_seconds": t1 - t0, "open_seconds": t2 - t1, "rss_mb": rss / 1024,
                   "shards": len(bank.shard_names), "loaded": len(bank.execution.resident)}))
+"""
+
+
+RESIDENT_PROBE = """
+import gc, json, sys
+from skillbank.memory.bank import SkillBank
+def rss():
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS:")) / 1024
+bank_dir, requests_file, max_resident = sys.argv[1], sys.argv[2], int(sys.argv[3])
+requests = json.load(open(requests_file))  # shard name -> one request, in the order to plan with them
+bank = SkillBank.open(bank_dir, max_resident=max_resident)
+names = list(requests)
+for i, name in enumerate(names, start=1):
+    bank.plan([requests[name]], shard=name, max_new_tokens=48)
+    if i == 5 or i % 20 == 0 or i == len(names):
+        gc.collect()
+        print(json.dumps({"shards_used": i, "rss_mb": rss(), "resident": len(bank.execution.resident),
+                          "loads": bank.execution.loads}), flush=True)
 """
 
 
@@ -94,15 +118,61 @@ def route_point(bank: SkillBank, stream, families: list[str], sample: int = 200)
             "scope_ms": float(np.median(scope_times)), "route_requests": len(test)}
 
 
+def probe_resident(bank_dir: Path, requests: dict[str, str], max_resident: int) -> list[dict]:
+    """RSS of a fresh process planning ``requests`` (shard -> request) on their shards in turn, every 20 shards."""
+    requests_file = bank_dir.parent / "resident_requests.json"
+    requests_file.write_text(json.dumps(requests))
+    run = subprocess.run([sys.executable, "-c", RESIDENT_PROBE, str(bank_dir), str(requests_file), str(max_resident)],
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"resident-memory probe failed: {run.stderr[-2000:]}")
+    return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+
+
+def report_resident(rows: list[dict], out: Path, max_resident: int) -> None:
+    first = rows[0]
+    print(f"\nplanning on distinct shards with max_resident = {max_resident} (RSS against after "
+          f"{first['shards_used']} shards, {first['rss_mb']:.0f} MB)")
+    print(f"{'shards used':>11} {'RSS MB':>8} {'growth MB':>10} {'x':>6} {'resident':>8} {'loads':>6}")
+    for r in rows:
+        print(f"{r['shards_used']:>11} {r['rss_mb']:>8.0f} {r['rss_mb'] - first['rss_mb']:>+10.1f} "
+              f"{r['rss_mb'] / first['rss_mb']:>5.2f}x {r['resident']:>8} {r['loads']:>6}")
+    (out / "resident.json").write_text(json.dumps({"max_resident": max_resident, "rows": rows}, indent=1) + "\n")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    ax.plot([r["shards_used"] for r in rows], [r["rss_mb"] - first["rss_mb"] for r in rows], marker="o")
+    ax.set_xlabel("distinct shards planned with, in turn")
+    ax.set_ylabel(f"RSS growth since {first['shards_used']} shards (MB)")
+    ax.set_title(f"Planner memory with max_resident = {max_resident} (bench/scale.py)", fontsize=9)
+    ax.set_ylim(bottom=min(0, *(r["rss_mb"] - first["rss_mb"] for r in rows)))
+    fig.tight_layout()
+    fig.savefig(out / "resident.png", dpi=120)
+    plt.close(fig)
+    print(f"wrote {out / 'resident.json'} and {out / 'resident.png'}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ks", default="5,100,1000", help="comma-separated K values to measure at")
     ap.add_argument("--train-per-family", type=int, default=20)
     ap.add_argument("--test-per-family", type=int, default=5)
     ap.add_argument("--max-resident", type=int, default=4)
+    ap.add_argument("--resident-shards", type=int, default=120,
+                    help="distinct shards the memory probe plans with (at most K_max)")
+    ap.add_argument("--resident-only", action="store_true",
+                    help="only the memory probe, on the bank an earlier full run left in --out")
     ap.add_argument("--out", type=Path, default=Path("runs/bench-scale"))
     args = ap.parse_args()
     ks = sorted(int(k) for k in args.ks.split(","))
+    if args.resident_only:
+        if not (args.out / "bank" / "bank.json").is_file():
+            sys.exit(f"{args.out / 'bank'}: no bank there; run bench/scale.py without --resident-only first")
+        stream = build_synthetic_stream(families=ks[-1], seed=0, train_per_family=args.train_per_family,
+                                        test_per_family=args.test_per_family)
+        run_resident(args, stream)
+        return
     if args.out.exists():
         shutil.rmtree(args.out)
     args.out.mkdir(parents=True)
@@ -145,6 +215,18 @@ def main() -> None:
     plot(rows, args.out / "scale.png")
     print(f"\nwrote {args.out / 'scale.json'} and {args.out / 'scale.png'}; the base model itself takes "
           f"{first['base_seconds']:.1f} s to load in each open probe (not part of open)")
+    del bank, base  # the probe process loads its own base: do not hold a second one while it measures
+    run_resident(args, stream)
+
+
+def run_resident(args, stream) -> None:
+    """The memory probe on the bank in ``args.out``, with one held-out request per shard it plans with."""
+    names = stream.family_keys[:min(args.resident_shards, len(stream.family_keys))]
+    requests = {name: stream.test[name][0].request for name in names}
+    print(f"\nmemory probe: planning on {len(names)} distinct shards, max_resident = {args.max_resident}",
+          file=sys.stderr, flush=True)
+    report_resident(probe_resident(args.out / "bank", requests, args.max_resident), args.out,
+                    args.max_resident)
 
 
 def plot(rows: list[dict], path: Path) -> None:

@@ -106,6 +106,26 @@ def test_version_and_short_help():
         assert r.exit_code == 0 and "Usage" in r.output
 
 
+def test_help_texts_keep_their_bracketed_words():
+    """Typer renders help through rich, which swallows an unescaped ``[train]`` as a markup tag ("TOML with a
+    section"): every bracketed word in a help text is escaped, so the rendered help shows it."""
+    import re
+
+    import typer.main
+    from rich.markup import render
+
+    def texts(command, path):
+        yield path, command.help or ""
+        for param in command.params:
+            yield f"{path} {param.name}", getattr(param, "help", None) or ""
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from texts(sub, f"{path} {name}")
+
+    for where, text in texts(typer.main.get_command(app), "skillbank"):
+        for word in re.findall(r"(?<!\\)\[[a-z_./]+\]", text):
+            assert word in render(text).plain, f"{where}: {word} vanishes from the rendered help (escape it: \\{word})"
+
+
 # -- issue 15 item 7: plan --file forms, a quiet plan, score on the runner's predictions, shard base names ----
 @pytest.fixture(scope="module")
 def tiny_bank(tmp_path_factory, tiny_model_dir, small_stream):

@@ -453,7 +453,7 @@ def learn(
     data: Path = typer.Option(..., help="Stage records (JSONL): request + gold task graph."),
     catalog: Optional[Path] = typer.Option(None, help="The family's skills: skillbank catalog.json, an OpenAI tools "
                                            "list or an MCP tools/list result (default: the skills the records use)."),
-    config: Optional[Path] = typer.Option(None, help="TOML with a [train] section (the LoRA recipe)."),
+    config: Optional[Path] = typer.Option(None, help="TOML with a \\[train] section (the LoRA recipe)."),
     epochs: Optional[int] = typer.Option(None, help="Override the number of epochs."),
     target_format: Optional[str] = typer.Option(None, help="'json' or 'compact' training targets."),
     recipe: str = typer.Option("auto", help="'auto' (small-cpu for bases under 1B parameters, the embedded one "
@@ -681,7 +681,7 @@ def relearn(
     family: str = typer.Option(..., help="The family to retrain (its new version replaces the old one)."),
     data: Path = typer.Option(..., help="The family's records (JSONL), all of them: the old version's are not kept."),
     catalog: Optional[Path] = typer.Option(None, help="The family's catalog (default: the old version's skills)."),
-    config: Optional[Path] = typer.Option(None, help="TOML with a [train] section (default: the old version's recipe)."),
+    config: Optional[Path] = typer.Option(None, help="TOML with a \\[train] section (default: the old version's recipe)."),
     epochs: Optional[int] = typer.Option(None, help="Override the number of epochs."),
 ):
     """Train a new version of a family's shard on its records only and publish it atomically in its place."""
@@ -930,13 +930,13 @@ def run(config: Path = typer.Option(..., help="Run configuration (TOML), e.g. co
 
 @app.command()
 @friendly_errors
-def sweep(config: Optional[Path] = typer.Option(None, help="Sweep configuration (TOML): a run config plus [sweep], "
+def sweep(config: Optional[Path] = typer.Option(None, help="Sweep configuration (TOML): a run config plus \\[sweep], "
                                                 "e.g. configs/sweep.toml."),
           out_dir: Path = typer.Option(Path("runs/sweep"), "--out", help="Sweep directory (resumed if it exists)."),
           plan_only: bool = typer.Option(False, "--plan", help="Check the grid and print the plan and its cost "
                                          "estimate; train nothing."),
           selected: bool = typer.Option(False, "--selected-toml", help="Print the selected values of the sweep in "
-                                        "--out as [method_params]/[train] blocks for configs/compare.toml; run nothing.")):
+                                        "--out as \\[method_params]/\\[train] blocks for configs/compare.toml; run nothing.")):
     """Screen each method's own hyperparameters on two-stage runs evaluated on a validation split (never the
     held-out requests); select by a rule fixed in advance; write sweep.json and a report (sweep.md + PNG).
 
