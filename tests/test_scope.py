@@ -52,12 +52,19 @@ def test_threshold_is_the_leave_one_out_quantile():
     assert (det.train_scores_["music"] < with_own).all()
 
 
+def fresh_threshold(det):
+    return np.quantile(np.concatenate(list(det.train_scores_.values())), det.quantile)
+
+
 def test_forget_is_exact_and_state_round_trips(tmp_path):
-    det = fitted()
+    det = fitted(quantile=0.3)
+    assert det.threshold_ == pytest.approx(fresh_threshold(det))  # now cached: every update must reset it
     det.partial_fit(["add milk to the shopping list"], "lists", catalog_text([{"name": "add_item", "description":
                     "Add an item to a shopping list", "arguments": [{"name": "item", "description": "what"}]}]))
+    assert det.threshold_ == pytest.approx(fresh_threshold(det))
     det.forget("lists")
-    ref = fitted()
+    assert det.threshold_ == pytest.approx(fresh_threshold(det))
+    ref = fitted(quantile=0.3)
     probe = MUSIC + MAPS + ["add eggs to my list"]
     np.testing.assert_allclose(det.score(probe), ref.score(probe))
     assert det.threshold_ == pytest.approx(ref.threshold_)
@@ -65,6 +72,19 @@ def test_forget_is_exact_and_state_round_trips(tmp_path):
     back = ScopeDetector.load(tmp_path / "s")
     np.testing.assert_allclose(back.score(probe), det.score(probe))
     assert back.threshold_ == det.threshold_ and back.get_params() == det.get_params()
+
+
+def test_add_family_equals_learning_it():
+    """A family added from exported statistics scores and thresholds exactly as if it had been learned here."""
+    det = ScopeDetector(quantile=0.3).partial_fit(MUSIC, "music")
+    before = det.threshold_
+    ref = fitted(quantile=0.3)
+    det.add_family("maps", ref.counts_[[1]], ref.train_scores_["maps"])
+    probe = MUSIC + MAPS + ["what is the capital of France?"]
+    np.testing.assert_allclose(det.score(probe), ref.score(probe))
+    assert det.threshold_ == pytest.approx(ref.threshold_) and det.threshold_ != before
+    with pytest.raises(SelectorError, match="already has a family 'maps'"):
+        det.add_family("maps", ref.counts_[[1]], ref.train_scores_["maps"])
 
 
 def test_bad_parameters_and_state():

@@ -733,11 +733,8 @@ def _merge_family_stats(address: Selector, scope: ScopeDetector | None, family: 
         elif not np.array_equal(scope.background_, fam_scope.background_):
             raise BankError("the exported family's scope statistics were made with another English word list "
                             "(wordfreq version); add them after importing with `skillbank scope fit`")
-        scope._weights = None
         j = fam_scope.classes_.index(imported["source_name"])
-        scope.classes_.append(family)
-        scope.counts_ = sparse.vstack([scope.counts_, fam_scope.counts_[[j]]]).tocsr()
-        scope.train_scores_[family] = fam_scope.train_scores_[imported["source_name"]]
+        scope.add_family(family, fam_scope.counts_[[j]], fam_scope.train_scores_[imported["source_name"]])
 
 
 def shard_file_problems(name: str, directory: Path, digests: dict[str, str]) -> list[str]:

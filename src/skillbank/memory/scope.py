@@ -103,7 +103,10 @@ class ScopeDetector:
         # The background is saved with the state: scores must not move when wordfreq's lists are updated,
         # and hashing its 300k words costs seconds that a server's first request should not pay.
         self.background_: np.ndarray | None = None
-        self._weights = None  # cached (n_classes, n_features) sparse log1p weights; reset by every update
+        # Derived once per state and reset by every update (partial_fit, forget, add_family): scoring a request
+        # must not redo work that grows with the number of families K.
+        self._weights = None  # (n_features, n_classes) sparse log1p weights
+        self._threshold = None  # quantile of every family's kept scores (K x requests values)
 
     def get_params(self) -> dict:
         return {"lam": self.lam, "quantile": self.quantile, "n_features": self.n_features, "language": self.language}
@@ -117,7 +120,7 @@ class ScopeDetector:
             raise SelectorError("scope partial_fit needs at least one request")
         if self.background_ is None:
             self.background_ = background(self.n_features, self.language).astype(np.float32)
-        self._weights = None
+        self._weights = self._threshold = None
         X = self._vec.transform(requests + list(catalog_docs)).tocsr()
         row = sp.csr_matrix(X.sum(axis=0))
         if label in self.classes_:
@@ -137,8 +140,18 @@ class ScopeDetector:
         i = self.classes_.index(label)
         self.counts_ = sp.vstack([self.counts_[:i], self.counts_[i + 1:]]).tocsr()
         self.classes_.pop(i)
-        self._weights = None
+        self._weights = self._threshold = None
         self.train_scores_.pop(label, None)
+        return self
+
+    def add_family(self, label: str, counts: sp.spmatrix, train_scores: np.ndarray) -> "ScopeDetector":
+        """Add a family from statistics made elsewhere (an exported family): its counts row and kept scores."""
+        if label in self.classes_:
+            raise SelectorError(f"scope detector already has a family {label!r}")
+        self.classes_.append(label)
+        self.counts_ = sp.vstack([self.counts_, sp.csr_matrix(counts)]).tocsr()
+        self.train_scores_[label] = np.asarray(train_scores)
+        self._weights = self._threshold = None
         return self
 
     # -- reading -----------------------------------------------------------------------------
@@ -146,7 +159,9 @@ class ScopeDetector:
     def threshold_(self) -> float:
         if not self.train_scores_:
             raise SelectorError("scope detector has not learned any family yet")
-        return float(np.quantile(np.concatenate(list(self.train_scores_.values())), self.quantile))
+        if self._threshold is None:
+            self._threshold = float(np.quantile(np.concatenate(list(self.train_scores_.values())), self.quantile))
+        return self._threshold
 
     def _family_scores(self, X: sp.csr_matrix, c: int, leave_one_out: bool = False) -> np.ndarray:
         bg = self.background_.astype(float)
