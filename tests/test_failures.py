@@ -66,6 +66,27 @@ def test_failure_kinds_are_counted_per_group(fake_run):
     assert (run_dir / f"failures_{ORDER}.png").is_file()
 
 
+def test_a_tuning_run_is_read_against_its_validation_split(tmp_path):
+    """A run evaluated on the validation split (the sweep's screens) predicted validation requests: the failure
+    analysis reads them against that split, not the held-out one."""
+    cfg = RunConfig.from_dict({"name": "v", "methods": ["sft"], "train": {"target_format": "compact"},
+                               "stream": {"source": "builtin", "train_per_family": 4, "test_per_family": 2,
+                                          "validation_per_family": 2},
+                               "eval": {"orders": [ORDER], "split": "validation"}})
+    stream = build_run_stream(cfg)
+    order = stream.order(ORDER)
+    odir = tmp_path / "methods" / "sft" / ORDER
+    (odir / "stage-01").mkdir(parents=True)
+    (tmp_path / "config.json").write_text(json.dumps(cfg.resolved()))
+    (odir / "stage-01" / "eval.json").write_text(json.dumps({"order": order}))
+    val = stream.validation[order[0]]
+    with open(odir / "predictions.jsonl", "w") as fh:
+        for r in val:
+            fh.write(json.dumps({"variant": "sft", "route": None, "output": "", "id": r.id,
+                                 "graph": r.graph.to_dict(), "em": 1.0}) + "\n")
+    assert dict(count_failures(tmp_path)[ORDER]["sft"]["earlier"]) == {"correct": len(val)}
+
+
 def test_a_row_that_does_not_reproduce_its_em_is_refused_with_file_and_line(fake_run):
     run_dir, path = fake_run
     lines = path.read_text().splitlines()

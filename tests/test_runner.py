@@ -146,6 +146,14 @@ def test_a_run_directory_refuses_another_configuration(tmp_path, tiny_model_dir)
     run(other, tmp_path / "r", progress=False, restart=True)  # --restart discards it
     faster = other.model_copy(update={"base": other.base.model_copy(update={"threads": 2})})
     run(faster, tmp_path / "r", progress=False)  # the thread count is not part of what a run learns
+    # a method's own [train] overrides are part of what it learns; a saved run without them had none
+    tuned = other.model_copy(update={"method_train": {"base-oracle-fields": {"lr": 1e-3}}})
+    with pytest.raises(ConfigError, match="another configuration.*method_train.base-oracle-fields"):
+        run(tuned, tmp_path / "r", progress=False)
+    saved = json.loads((tmp_path / "r" / "config.json").read_text())
+    del saved["method_train"]
+    (tmp_path / "r" / "config.json").write_text(json.dumps(saved))
+    run(other, tmp_path / "r", progress=False)
 
 
 def test_method_config_errors():

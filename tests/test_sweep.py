@@ -190,7 +190,8 @@ def test_a_sweep_resumes_without_redoing_finished_points_and_selects_the_printed
     lwf_best = saved["methods"]["lwf"]["points"][saved["methods"]["lwf"]["selected"]]
     assert pasted["method_params"]["lwf"] == {"weight": lwf_best["params"]["weight"]}
     sft_best = saved["methods"]["sft"]["points"][saved["methods"]["sft"]["selected"]]
-    assert pasted["train"] == {"lr": sft_best["train"]["lr"]}  # only sft tuned lr: one [train] block
+    assert pasted["method_train"] == {"sft": {"lr": sft_best["train"]["lr"]}}  # only sft tuned its lr
+    assert "train" not in pasted  # the shared recipe stays as it is
     # a third run reruns nothing
     calls.clear()
     run_sweep(cfg, out, progress=False)
@@ -213,7 +214,11 @@ def test_select_takes_the_first_of_tied_scores():
     assert select([]) is None
 
 
-def test_selected_toml_says_when_methods_disagree_on_train_fields():
+def test_selected_learning_rates_reach_each_method_alone(tmp_path):
+    """Methods tuned to different learning rates each get their own [method_train] block; pasted under a
+    run config, each method trains with its own lr and the others with the shared [train]."""
+    from skillbank.config import RunConfig
+
     def point(params, train, score):
         return {"label": "x", "params": params, "train": train, "score": score, "selected": True}
     record = {"screens": ["T1,T2"], "rule": "r", "methods": {
@@ -222,8 +227,25 @@ def test_selected_toml_says_when_methods_disagree_on_train_fields():
         "olora": {"selected": 0, "points": [point({"rank": 8, "target_modules": ["q_proj", "v_proj"]}, {}, 1.0)]}}}
     text = selected_toml(record)
     parsed = tomllib.loads(text)
-    assert "train" not in parsed and "sft: lr = 0.002" in text and "lwf: lr = 0.0005" in text
+    assert parsed["method_train"] == {"sft": {"lr": 2e-3}, "lwf": {"lr": 5e-4}} and "train" not in parsed
     assert parsed["method_params"]["olora"] == {"rank": 8, "target_modules": ["q_proj", "v_proj"]}
+    config = tmp_path / "compare.toml"
+    config.write_text('methods = ["sft", "lwf", "olora", "fsm"]\n[train]\nlr = 1e-3\nepochs = 2\n' + text)
+    cfg = RunConfig.from_toml(config)
+    assert [cfg.train_config_for(m).lr for m in ("sft", "lwf", "olora", "fsm")] == [2e-3, 5e-4, 1e-3, 1e-3]
+    assert {cfg.train_config_for(m).epochs for m in ("sft", "lwf", "olora", "fsm")} == {2}  # the same budget
+    assert cfg.resolved()["method_train"] == {"sft": {"lr": 2e-3}, "lwf": {"lr": 5e-4}}
+
+
+def test_method_train_bad_input(tmp_path):
+    from skillbank.config import ConfigError, RunConfig
+    for body, match in (('[method_train.ewc]\nlr = 1e-3\n', r"\[method_train\] names method\(s\) \['ewc'\]"),
+                        ('[method_train.sft]\nlearning_rate = 1e-3\n', r"\[method_train.sft\].*learning_rate"),
+                        ('[method_train.sft]\nlr = -1\n', r"\[method_train.sft\].*lr")):
+        config = tmp_path / "c.toml"
+        config.write_text('methods = ["sft"]\n' + body)
+        with pytest.raises(ConfigError, match=match):
+            RunConfig.from_toml(config)
 
 
 @pytest.mark.parametrize("grid,match", [

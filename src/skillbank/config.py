@@ -5,7 +5,8 @@
     [runner]   parallel FSM stages, whether to keep every stage's state
     [stream]   which benchmark stream and how much of it (source, path, seed, sizes)
     [base]     the frozen base model (skillbank.model.base.BaseModelConfig)
-    [train]    one executor's LoRA recipe (skillbank.train.executor.TrainConfig)
+    [train]    one executor's LoRA recipe (skillbank.train.executor.TrainConfig), shared by every method
+    [method_train.<name>]  [train] fields one method overrides (a learning rate tuned for it by the sweep)
     [address]  the Address Memory kind and its hyperparameters
     [eval]     task orders, generation cap and batch size, the split evaluated (test, or validation for tuning)
     [sweep]    sweep configs only (SweepConfig, ``skillbank sweep``): screens and each method's grid
@@ -151,6 +152,8 @@ class RunConfig(_Strict):
     stream: StreamSettings = Field(default_factory=StreamSettings)
     base: BaseSettings = Field(default_factory=BaseSettings)
     train: dict = Field(default_factory=dict, description="TrainConfig fields; unset ones keep their defaults")
+    method_train: dict[str, dict] = Field(default_factory=dict, description="per-method overrides of [train] "
+                                                                             "fields (e.g. a tuned lr)")
     address: AddressSettings = Field(default_factory=AddressSettings)
     eval: EvalSettings = Field(default_factory=EvalSettings)
 
@@ -159,8 +162,15 @@ class RunConfig(_Strict):
         return BaseModelConfig(**self.base.model_dump())
 
     def train_config(self):
+        """The shared recipe ([train]), without any method's overrides."""
         from skillbank.train.executor import TrainConfig
         return TrainConfig.from_dict(self.train)
+
+    def train_config_for(self, name: str):
+        """Method ``name``'s recipe: [train] with its [method_train.<name>] fields on top. The budget (requests,
+        epochs) is the shared one unless a config overrides it on purpose; the sweep only tunes lr here."""
+        from skillbank.train.executor import TrainConfig
+        return TrainConfig.from_dict({**self.train, **self.method_train.get(name, {})})
 
     def method_params_for(self, name: str):
         """The typed hyperparameters of method ``name`` (defaults filled in). The name resolves through the
@@ -185,6 +195,7 @@ class RunConfig(_Strict):
         d = self.model_dump()
         d["train"] = self.train_config().to_dict()
         d["method_params"] = {m: self.method_params_for(m).model_dump() for m in self.methods}
+        d["method_train"] = {m: dict(v) for m, v in self.method_train.items() if v}
         return d
 
     def save(self, directory: str | Path) -> Path:
@@ -210,9 +221,15 @@ class RunConfig(_Strict):
             cfg.train_config()  # validate the recipe now, not an hour into a run
             for name in cfg.methods:
                 cfg.method_params_for(name)
-            stray = sorted(set(cfg.method_params) - set(cfg.methods))
-            if stray:
-                raise ConfigError(f"[method_params] names method(s) {stray} that are not in methods = {cfg.methods}")
+            for section, named in (("method_params", cfg.method_params), ("method_train", cfg.method_train)):
+                stray = sorted(set(named) - set(cfg.methods))
+                if stray:
+                    raise ConfigError(f"[{section}] names method(s) {stray} that are not in methods = {cfg.methods}")
+            for name in cfg.method_train:
+                try:
+                    cfg.train_config_for(name)
+                except SkillbankError as exc:
+                    raise ConfigError(f"[method_train.{name}] {exc}") from None
             if len(set(cfg.methods)) != len(cfg.methods):
                 raise ConfigError(f"methods lists a method twice: {cfg.methods}")
             if cfg.eval.split == "validation" and not cfg.stream.has_validation:

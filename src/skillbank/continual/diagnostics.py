@@ -83,7 +83,7 @@ def run_diagnostics(cfg: RunConfig, out_dir: str | Path, *, first: str = "T1", s
     order = stream.order(f"{first},{second}")
     fam_a, fam_b = order
     base = load_base(cfg.base_config(), progress=progress)
-    train = cfg.train_config()
+    train = cfg.train_config_for("sft")  # the diagnostic follows sequential SFT
     ctx = MethodContext(base=base, train=train, stream=stream, order_name=f"{first},{second}", order=order,
                         workdir=out, progress=progress, say=say)
     sft = SequentialSFT(ctx)

@@ -39,7 +39,7 @@ def _train_one(cfg_dict: dict, family: str, records: list, prefix: str, target: 
     if threads is not None and base_cfg.threads is None:
         base_cfg = replace(base_cfg, threads=threads)  # workers share the cores instead of each taking all
     base = load_base(base_cfg, progress=False)
-    _, summary = train_executor(base, records, cfg.train_config(), adapter_name=family, family_prefix=prefix,
+    _, summary = train_executor(base, records, cfg.train_config_for("fsm"), adapter_name=family, family_prefix=prefix,
                                 progress=False)
     target_dir = Path(target)
     tmp = target_dir.with_name(target_dir.name + ".tmp")

@@ -77,7 +77,7 @@ def _probe(cfg, stream, cls, name, order_name, order, mdir, final, say, progress
     from skillbank.model.base import load_base
 
     base = load_base(cfg.base_config(), progress=progress)
-    ctx = MethodContext(base=base, train=cfg.train_config(), stream=stream, order_name=order_name, order=order,
+    ctx = MethodContext(base=base, train=cfg.train_config_for(name), stream=stream, order_name=order_name, order=order,
                         workdir=mdir, progress=progress, say=say, extras={"address": cfg.address.model_dump()})
     method = cls(ctx, cfg.method_params_for(name))
     try:
@@ -86,7 +86,7 @@ def _probe(cfg, stream, cls, name, order_name, order, mdir, final, say, progress
                             catalog=stream.catalog if cfg.eval.constrain else None)
         t0 = time.perf_counter()
         # Scored against the untouched records: only the request text the model reads changes.
-        ev = evaluate_stage(method, len(order), order, stream, cache, say, progress,
+        ev = evaluate_stage(method, len(order), order, stream, cache, say, progress, split=cfg.eval.split,
                             variants=lambda tests: {f"{name}+address": method.queries(len(order), address_records(tests))[name]})
         ev["eval_seconds"] = round(time.perf_counter() - t0, 2)
         ev["order"] = order

@@ -263,8 +263,8 @@ def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrain
     main = _is_main()
     t0 = time.perf_counter()
     base = load_base(cfg.base_config(), progress=rc.progress)
-    ctx = MethodContext(base=base, train=cfg.train_config(), stream=stream, order_name=order_name, order=order,
-                        workdir=mdir, progress=rc.progress and main, say=say,
+    ctx = MethodContext(base=base, train=cfg.train_config_for(method_name), stream=stream, order_name=order_name,
+                        order=order, workdir=mdir, progress=rc.progress and main, say=say,
                         extras={"address": cfg.address.model_dump(), "pretrained": pretrained or {}})
     method = cls(ctx, cfg.method_params_for(method_name))
     cache = OutputCache(mdir / "outputs.jsonl", cfg.eval.batch_size, cfg.eval.max_new_tokens,
@@ -443,6 +443,7 @@ def _check_config(out: Path, cfg: RunConfig) -> None:
         check_same_config(out, old, new)
         new["methods"] = list(dict.fromkeys(old.get("methods", []) + new["methods"]))
         new["method_params"] = {**old.get("method_params", {}), **new["method_params"]}
+        new["method_train"] = {**old.get("method_train", {}), **new["method_train"]}
         new["eval"]["orders"] = list(dict.fromkeys(old["eval"]["orders"] + new["eval"]["orders"]))
     _write_json(path, new)
 
@@ -457,10 +458,14 @@ def check_same_config(out: Path, old: dict, new: dict) -> None:
             old.setdefault(section, {}).setdefault(key, value)
     # Adding methods or orders to a run is fine (another process may run them); anything that changes
     # what a method learns or how it is evaluated is not.
-    skip = {"methods", "runner", "method_params", "name"}
+    skip = {"methods", "runner", "method_params", "method_train", "name"}
     diff = sorted(k for k in set(old) | set(new) if k not in skip and _identity(k, old.get(k)) != _identity(k, new.get(k)))
     shared = set(old.get("method_params", {})) & set(new.get("method_params", {}))
     diff += [f"method_params.{m}" for m in sorted(shared) if old["method_params"][m] != new["method_params"][m]]
+    # A method's [train] overrides (absent in runs saved before they existed: none) are part of what it learns.
+    both = set(old.get("methods", [])) & set(new.get("methods", []))
+    diff += [f"method_train.{m}" for m in sorted(both)
+             if old.get("method_train", {}).get(m, {}) != new.get("method_train", {}).get(m, {})]
     if diff:
         raise ConfigError(f"{out} holds a run with another configuration (differs in: {', '.join(diff)}); "
                           f"use another directory or --restart to discard it")

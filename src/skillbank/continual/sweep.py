@@ -397,12 +397,11 @@ def _toml_value(v) -> str:
 
 
 def selected_toml(record: dict) -> str:
-    """The selected settings as ``[method_params.<m>]`` / ``[train]`` blocks to paste into configs/compare.toml.
-    compare.toml has one [train] section for every method: when the selected [train] values differ between
-    methods, they are written as comments that say so instead of a [train] block."""
+    """The selected settings as ``[method_params.<m>]`` / ``[method_train.<m>]`` blocks to paste into
+    configs/compare.toml: a method's own parameters, and the [train] fields the grid tuned for it (its
+    learning rate), which override the shared [train] for that method only."""
     lines = [f"# Selected by `skillbank sweep` on validation data (screens {', '.join(record['screens'])}).",
              f"# Rule: {record['rule']}."]
-    train_choice: dict[str, dict] = {}
     for method, info in record["methods"].items():
         best = info.get("selected")
         if best is None:
@@ -418,18 +417,6 @@ def selected_toml(record: dict) -> str:
             if v is not None:
                 lines.append(f"{k} = {_toml_value(v)}")
         if e["train"]:
-            train_choice[method] = e["train"]
-    if train_choice:
-        keys = sorted({k for t in train_choice.values() for k in t})
-        agree = {k: {_toml_value(t.get(k)) for t in train_choice.values() if k in t} for k in keys}
-        lines.append("")
-        if all(len(v) == 1 for v in agree.values()):
-            lines.append(f"[train]   # the selected value(s) for {', '.join(train_choice)}; keep the other fields")
-            for k in keys:
-                lines.append(f"{k} = {next(iter(agree[k]))}")
-        else:
-            lines.append("# [train]: the methods' selected values differ, and compare.toml has one [train] for all:")
-            for method, t in train_choice.items():
-                lines.append(f"#   {method}: " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in t.items()))
-            lines.append("# run the methods that differ from their own copy of the config")
+            lines.append(f"[method_train.{method}]")
+            lines += [f"{k} = {_toml_value(v)}" for k, v in e["train"].items()]
     return "\n".join(lines) + "\n"

@@ -49,8 +49,8 @@ def count_failures(run_dir: str | Path) -> dict[str, dict[str, dict[str, Counter
     out = Path(run_dir)
     cfg = RunConfig.from_dict(read_json(out / "config.json", SkillbankError))
     stream = build_run_stream(cfg)
-    fmt = cfg.train_config().target_format
-    gold = {r.id: r for recs in stream.test.values() for r in recs}
+    # The requests the run evaluated: held-out, or the validation split of a tuning run.
+    gold = {r.id: r for recs in stream.split(cfg.eval.split).values() for r in recs}
     stream_prefix = common_prefix(sorted(stream.catalog.skills))
     family_prefixes = {f.key: common_prefix(sorted(f.skills)) for f in stream.catalog.families}
     counts: dict[str, dict[str, dict[str, Counter]]] = {}
@@ -60,6 +60,7 @@ def count_failures(run_dir: str | Path) -> dict[str, dict[str, dict[str, Counter
         if not order:
             raise SkillbankError(f"{path.parent / 'stage-01' / 'eval.json'}: no task order")
         per_variant = counts.setdefault(path.parent.name, {})
+        fmt = cfg.train_config_for(path.parent.parent.name).target_format
         for n, row in iter_jsonl(path):
             where = f"{path}:{n}"
             try:
