@@ -7,6 +7,7 @@ import pytest
 from skillbank.config import ConfigError, RunConfig
 from skillbank.continual import runner as runner_mod
 from skillbank.continual.methods import METHODS
+from skillbank.continual.run_dir import build_run_stream, load_run
 from skillbank.continual.runner import run
 from skillbank.metrics import AccuracyMatrix
 from skillbank.report.run_report import busy_seconds
@@ -329,7 +330,7 @@ def test_reactivate_probes_final_checkpoints_with_the_correct_address(tmp_path, 
     assert list(probe["variants"]) == ["lwf+address"] and len(probe["variants"]["lwf+address"]["tasks"]) == 3
     held_out = sum(t["n"] for t in probe["variants"]["lwf+address"]["tasks"].values())
     assert (out / "methods" / "lwf" / "outputs.jsonl").read_text().count("\n") == cached + held_out
-    record = runner_mod.load_run(out)
+    record = load_run(out)
     assert record["methods"]["lwf"][ORDER]["variants"]["lwf+address"]["final_only"]
     md = (out / "report.md").read_text()
     assert "| LwF |" in md and "↳ w/ correct skill address (diagnostic)" in md
@@ -341,7 +342,7 @@ def test_reactivate_probes_final_checkpoints_with_the_correct_address(tmp_path, 
     nowhere = CliRunner().invoke(app, ["reactivate", str(tmp_path / "nothing")])
     assert nowhere.exit_code != 0 and "not a run directory" in nowhere.output
 
-    rec = runner_mod.build_run_stream(tiny_config(tiny_model_dir, ["lwf"])).test["t1_daily_life"][0]
+    rec = build_run_stream(tiny_config(tiny_model_dir, ["lwf"])).test["t1_daily_life"][0]
     probed = address_records([rec])[0]
     assert probed.request.startswith(rec.request) and probed.request.endswith(", ".join(rec.graph.tasks))
     assert probed.graph == rec.graph and probed.id == rec.id
@@ -351,7 +352,7 @@ def test_a_validation_run_trains_without_the_split_and_evaluates_on_it(tmp_path,
     cfg = tiny_config(tiny_model_dir, ["sft"], stream={"source": "builtin", "train_per_family": 5, "test_per_family": 2,
                                                        "validation_per_family": 2},
                       eval={"orders": ["T1,T2"], "max_new_tokens": 6, "batch_size": 4, "split": "validation"})
-    stream = runner_mod.build_run_stream(cfg)
+    stream = build_run_stream(cfg)
     val_ids = {r.id for recs in stream.validation.values() for r in recs}
     test_ids = {r.id for recs in stream.test.values() for r in recs}
     trained = []

@@ -13,8 +13,9 @@ from skillbank.cli import app
 from skillbank.config import ConfigError, RunConfig, SweepConfig
 from skillbank.continual import runner as runner_mod
 from skillbank.continual.methods import METHODS
-from skillbank.continual.runner import build_run_stream
-from skillbank.continual.sweep import expand_grid, plan_sweep, run_sweep, select, selected_toml
+from skillbank.continual.run_dir import build_run_stream
+from skillbank.continual.sweep import expand_grid, plan_sweep, run_sweep, select
+from skillbank.report.sweep import selected_toml
 
 if sys.version_info >= (3, 11):
     import tomllib

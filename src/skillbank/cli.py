@@ -941,7 +941,8 @@ def sweep(config: Optional[Path] = typer.Option(None, help="Sweep configuration 
     held-out requests); select by a rule fixed in advance; write sweep.json and a report (sweep.md + PNG).
 
     An interrupted sweep continues from its finished points (and stages) when rerun with the same --out."""
-    from skillbank.continual.sweep import SELECTION_RULE, load_sweep, plan_sweep, run_sweep, selected_toml
+    from skillbank.continual.sweep import SELECTION_RULE, load_sweep, plan_sweep, run_sweep
+    from skillbank.report.sweep import selected_toml
     if selected:
         print(selected_toml(load_sweep(out_dir)), end="")
         return

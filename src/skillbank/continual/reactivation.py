@@ -29,7 +29,7 @@ def reactivate(run_dir: str | Path, methods: Sequence[str] = PAPER_METHODS, orde
     what happened}}`` (probed, already probed, or why it was skipped)."""
     from skillbank.config import RunConfig
     from skillbank.continual.methods import method_class
-    from skillbank.continual.runner import COMPLETE, _stage_dir, build_run_stream
+    from skillbank.continual.run_dir import COMPLETE, build_run_stream, stage_dir
 
     out = Path(run_dir)
     if not (out / "config.json").is_file():
@@ -44,7 +44,7 @@ def reactivate(run_dir: str | Path, methods: Sequence[str] = PAPER_METHODS, orde
         mdir = out / "methods" / name
         for order_name in orders or cfg.eval.orders:
             order = stream.order(order_name)
-            final = _stage_dir(mdir / order_name, len(order))
+            final = stage_dir(mdir / order_name, len(order))
             status = done.setdefault(name, {})
             if not (final / "eval.json").is_file():
                 status[order_name] = "not finished: skipped"
@@ -73,7 +73,8 @@ def address_records(records):
 
 def _probe(cfg, stream, cls, name, order_name, order, mdir, final, say, progress) -> None:
     from skillbank.continual.methods import MethodContext
-    from skillbank.continual.runner import OutputCache, _write_json, evaluate_stage
+    from skillbank.continual.run_dir import write_json_atomic
+    from skillbank.continual.runner import OutputCache, evaluate_stage
     from skillbank.model.base import load_base
 
     base = load_base(cfg.base_config(), progress=progress)
@@ -90,6 +91,6 @@ def _probe(cfg, stream, cls, name, order_name, order, mdir, final, say, progress
                             variants=lambda tests: {f"{name}+address": method.queries(len(order), address_records(tests))[name]})
         ev["eval_seconds"] = round(time.perf_counter() - t0, 2)
         ev["order"] = order
-        _write_json(final / "address.json", ev)
+        write_json_atomic(final / "address.json", ev)
     finally:
         method.close()

@@ -206,7 +206,7 @@ class SweepPlan:
 
 def plan_sweep(cfg: SweepConfig, stream=None) -> SweepPlan:
     """Check the whole sweep (grid, validation split, orders) and work out what it will train."""
-    from skillbank.continual.runner import build_run_stream
+    from skillbank.continual.run_dir import build_run_stream
     if not cfg.run.stream.has_validation:
         raise ConfigError("a sweep selects on validation data: set [stream] validation_per_family (or "
                           "validation_fraction) so a validation split is carved out of the training requests")
@@ -313,12 +313,12 @@ def write_sweep_json(out: Path, record: dict) -> Path:
 # -- scoring and selection ---------------------------------------------------------------------------
 def point_metrics(odirs: dict[str, Path], method: str, stages: int) -> dict | None:
     """Metrics of one point from its screens' stage files; None until every screen finished."""
-    from skillbank.continual.runner import _stage_dir
+    from skillbank.continual.run_dir import stage_dir
     per_screen = {}
     for screen, odir in odirs.items():
         evs = []
         for t in range(1, stages + 1):
-            path = _stage_dir(odir, t) / "eval.json"
+            path = stage_dir(odir, t) / "eval.json"
             if not path.is_file():
                 return None
             evs.append(json.loads(path.read_text()))
@@ -379,44 +379,3 @@ def load_sweep(out_dir: str | Path) -> dict:
     from skillbank.jsonfile import read_json
     return read_json(Path(out_dir) / "sweep.json", SkillbankError,
                      missing=f"{out_dir} holds no sweep (no sweep.json; run `skillbank sweep --config ... --out {out_dir}`)")
-
-
-# -- the selected values as config text ---------------------------------------------------------------
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if v is None:
-        raise ValueError("TOML has no null")
-    raise TypeError(f"cannot write {v!r} as TOML")
-
-
-def selected_toml(record: dict) -> str:
-    """The selected settings as ``[method_params.<m>]`` / ``[method_train.<m>]`` blocks to paste into
-    configs/compare.toml: a method's own parameters, and the [train] fields the grid tuned for it (its
-    learning rate), which override the shared [train] for that method only."""
-    lines = [f"# Selected by `skillbank sweep` on validation data (screens {', '.join(record['screens'])}).",
-             f"# Rule: {record['rule']}."]
-    for method, info in record["methods"].items():
-        best = info.get("selected")
-        if best is None:
-            lines.append(f"# {method}: not selected (its grid has unfinished points)")
-            continue
-        e = info["points"][best]
-        lines.append("")
-        if not e["params"]:
-            lines.append(f"# [method_params.{method}]: none of its own tuned (score {e['score']:.2f}, point {e['label']})")
-        else:
-            lines.append(f"[method_params.{method}]   # score {e['score']:.2f} (point {e['label']})")
-        for k, v in e["params"].items():  # what the grid chose; the sweep's fixed base settings are not carried
-            if v is not None:
-                lines.append(f"{k} = {_toml_value(v)}")
-        if e["train"]:
-            lines.append(f"[method_train.{method}]")
-            lines += [f"{k} = {_toml_value(v)}" for k, v in e["train"].items()]
-    return "\n".join(lines) + "\n"

@@ -7,6 +7,7 @@ table (the CLI prints it).
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -78,7 +79,6 @@ def sweep_curves(record: dict, path: str | Path) -> Path | None:
 
 
 def write_sweep_report(record: dict, out_dir: str | Path) -> Path:
-    from skillbank.continual.sweep import selected_toml
     out = Path(out_dir)
     fig = sweep_curves(record, out / "sweep-curves.png")
     est = record.get("estimate", {})
@@ -113,3 +113,44 @@ def write_sweep_report(record: dict, out_dir: str | Path) -> Path:
     md = out / "sweep.md"
     md.write_text("\n".join(lines))
     return md
+
+
+# -- the selected values as config text ---------------------------------------------------------------
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if v is None:
+        raise ValueError("TOML has no null")
+    raise TypeError(f"cannot write {v!r} as TOML")
+
+
+def selected_toml(record: dict) -> str:
+    """The selected settings as ``[method_params.<m>]`` / ``[method_train.<m>]`` blocks to paste into
+    configs/compare.toml: a method's own parameters, and the [train] fields the grid tuned for it (its
+    learning rate), which override the shared [train] for that method only."""
+    lines = [f"# Selected by `skillbank sweep` on validation data (screens {', '.join(record['screens'])}).",
+             f"# Rule: {record['rule']}."]
+    for method, info in record["methods"].items():
+        best = info.get("selected")
+        if best is None:
+            lines.append(f"# {method}: not selected (its grid has unfinished points)")
+            continue
+        e = info["points"][best]
+        lines.append("")
+        if not e["params"]:
+            lines.append(f"# [method_params.{method}]: none of its own tuned (score {e['score']:.2f}, point {e['label']})")
+        else:
+            lines.append(f"[method_params.{method}]   # score {e['score']:.2f} (point {e['label']})")
+        for k, v in e["params"].items():  # what the grid chose; the sweep's fixed base settings are not carried
+            if v is not None:
+                lines.append(f"{k} = {_toml_value(v)}")
+        if e["train"]:
+            lines.append(f"[method_train.{method}]")
+            lines += [f"{k} = {_toml_value(v)}" for k, v in e["train"].items()]
+    return "\n".join(lines) + "\n"
