@@ -11,7 +11,9 @@ a busy moment of the machine falls on all of them alike.
 Rows of several shards go through PEFT's per-adapter path (``lora="peft"``) and the gathered path
 (``lora="gathered"``, skillbank.model.multi_lora); the baseline is every row on one shard (the plain one-adapter
 forward). Stop tokens are ignored, so every configuration decodes the same number of tokens; the bench checks
-that both paths pick the same tokens. Prints the table with ratios against the one-shard baseline.
+that both paths pick the same tokens. Prints the table with ratios against the one-shard baseline. Before
+decoding, it also times what a bounded bank (``max_resident``) pays per eviction: one shard removed and
+another added, then the stack brought up to date, against stacking every shard again.
 
     .venv/bin/python bench/mixed_batch.py [--shards 16] [--rows 16] [--new-tokens 16] [--threads 1] [--rounds 3]
 """
@@ -26,6 +28,7 @@ import torch
 from skillbank.data.builtin import build_builtin_stream
 from skillbank.model.base import BaseModelConfig, load_base
 from skillbank.model.decode import RowBatch
+from skillbank.model.multi_lora import StackedLoRA
 from skillbank.model.prompts import render_prompt
 from skillbank.train.executor import TrainConfig, add_lora
 
@@ -55,6 +58,25 @@ def main() -> None:
     print(f"{base.identity['name']} base, {args.shards} shards (r {cfg.rank}, {'/'.join(cfg.target_modules)}), "
           f"{args.rows} rows, {torch.get_num_threads()} threads; stacking the shards: "
           f"{1000 * (time.perf_counter() - t0):.0f} ms, {stack.nbytes / 2**20:.0f} MiB")
+
+    # A bank with max_resident shards evicts one and loads another between batches: the stack then copies the
+    # new shard into the freed slot (sync) instead of stacking every shard again (what it did before).
+    swap_sync, swap_build = [], []
+    for i in range(5):
+        gone, fresh = names.pop(0), f"swapped{i:02d}"
+        base.remove_adapter(gone)
+        add_lora(base, fresh, cfg, seed=100 + i)
+        names.append(fresh)
+        t = time.perf_counter()
+        assert base.stacked_lora() is stack  # synced in place
+        swap_sync.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        StackedLoRA(base.peft)
+        swap_build.append(time.perf_counter() - t)
+    sync_ms, build_ms = 1000 * statistics.median(swap_sync), 1000 * statistics.median(swap_build)
+    print(f"one shard evicted and another loaded, then a mixed batch: the stack syncs in {sync_ms:.1f} ms "
+          f"(copies the new shard), stacking all {args.shards} again takes {build_ms:.1f} ms "
+          f"({sync_ms / build_ms:.2f}x; median of 5)")
 
     stream = build_builtin_stream(seed=0)
     requests = [r.request for k in stream.family_keys for r in stream.test[k]][:args.rows]

@@ -181,19 +181,49 @@ def test_the_stack_follows_weight_and_adapter_changes(shards):
     assert not torch.allclose(after[1], before[1]) and torch.equal(after[0], before[0])
     torch.testing.assert_close(after, _logits(shards, ids, mask, pos, names, "peft"), rtol=1e-6, atol=1e-5)
 
-    _add(shards, "fifth", 9, r=6, lora_alpha=6, target_modules=["k_proj", "o_proj"])
+    # An adapter that fits the stacks (its layers stacked, its rank within theirs) is copied into a slot; the
+    # others are not copied again. One that does not fit (rank 6 where the stacks hold 4) rebuilds them.
+    copies = stack.copies
+    _add(shards, "fifth", 9, r=2, lora_alpha=6, target_modules=["k_proj", "o_proj"])
     try:
-        assert shards._stacked is None  # dropped when the adapter came
         names = ["fifth", "north", "fifth"]
         torch.testing.assert_close(_logits(shards, ids, mask, pos, names, "gathered"),
                                    _logits(shards, ids, mask, pos, names, "peft"), rtol=1e-6, atol=1e-5)
-        assert shards.stacked_lora().names == tuple(SHARDS) + ("fifth",)
+        assert shards.stacked_lora() is stack and stack.copies == copies + 1
+        assert stack.names == tuple(SHARDS) + ("fifth",) and stack.capacity == 8  # grown by doubling
+        _add(shards, "sixth", 10, r=6, lora_alpha=6, target_modules=["k_proj", "o_proj"])
+        try:
+            names = ["sixth", "fifth", "west"]
+            torch.testing.assert_close(_logits(shards, ids, mask, pos, names, "gathered"),
+                                       _logits(shards, ids, mask, pos, names, "peft"), rtol=1e-6, atol=1e-5)
+            assert shards.stacked_lora() is not stack
+        finally:
+            shards.activate("north")
+            shards.remove_adapter("sixth")
     finally:
         shards.activate("north")
         shards.remove_adapter("fifth")
-    assert shards._stacked is None and shards.stacked_lora().names == tuple(SHARDS)
+    stack = shards.stacked_lora()
+    assert stack.names == tuple(SHARDS) and stack.current()
     with pytest.raises(ModelError, match="no adapter named 'fifth'"):
-        shards.stacked_lora().slots(["north", "fifth"])
+        stack.slots(["north", "fifth"])
+
+
+def test_evict_and_load_reuses_a_slot_and_decodes_the_same(tiny_model_dir):
+    """A bank with max_resident shards evicts one and loads another: the freed slot takes the new adapter,
+    zeroed first (the old one had a larger rank and more layers), nothing else is copied, and a batch mixing
+    the new adapter with the others gives PEFT's logits."""
+    base = _with_shards(tiny_model_dir, 0.08)
+    ids, mask, pos = _batch(base, 4)
+    stack = base.stacked_lora()
+    copies, nbytes = stack.copies, stack.nbytes
+    base.remove_adapter("east")  # rank 16: its slot's columns past the new adapter's rank must not linger
+    _add(base, "late", 11, r=4, lora_alpha=8, target_modules=ATTN)
+    names = ["late", "north", "south", "west"]
+    torch.testing.assert_close(_logits(base, ids, mask, pos, names, "gathered"),
+                               _logits(base, ids, mask, pos, names, "peft"), rtol=1e-6, atol=1e-5)
+    assert base.stacked_lora() is stack and stack.copies == copies + 1 and stack.nbytes == nbytes
+    assert stack.slot["late"] == 3 and set(stack.names) == {"north", "south", "west", "late"}
 
 
 def test_what_the_gathered_path_cannot_do_is_refused(tiny_model_dir, caplog):

@@ -209,6 +209,28 @@ def test_a_sweep_resumes_without_redoing_finished_points_and_selects_the_printed
     assert tomllib.loads(res.output) == pasted
 
 
+def test_learning_check_against_sft(tmp_path):
+    """Each baseline's selected diagonal EM against 0.6 x SFT's, and whether any setting of its grid gets there;
+    the report says so in a table."""
+    from skillbank.report.sweep import learning_check, write_sweep_report
+
+    def pt(label, diagonal, score, selected=False):
+        return {"label": label, "index": 0, "finished": True, "diagonal_em": diagonal, "retained_first_em": 0.1,
+                "score": score, "selected": selected, "params": {}, "train": {}}
+    record = {"screens": ["T1,T2"], "screen_of": {}, "stages": 2, "rule": "r", "methods": {
+        "sft": {"selected": 0, "complete": True, "points": [pt("lr=0.002", 0.5, 30, True)]},
+        "ewc": {"selected": 1, "complete": True, "points": [pt("lam=0.001", 0.45, 20), pt("lam=1", 0.1, 25, True)]},
+        "lwf": {"selected": 0, "complete": True, "points": [pt("weight=1", 0.2, 10, True), pt("weight=0.05", 0.25, 5)]}}}
+    reference, rows = learning_check(record)
+    assert reference == 0.5
+    ewc, lwf = rows
+    assert (ewc["learns"], ewc["ratio"], ewc["any_learns"], ewc["best"]) == (False, 0.2, True, "lam=0.001")
+    assert (lwf["learns"], lwf["any_learns"], lwf["best"]) == (False, False, "weight=0.05")
+    md = write_sweep_report(record, tmp_path).read_text()
+    assert "| ewc | lam=1 | 10.0 | 0.20 | **no** | lam=0.001 (45.0) | yes |" in md
+    assert "| lwf | weight=1 | 20.0 | 0.40 | **no** | weight=0.05 (25.0) | **no** |" in md
+
+
 def test_select_takes_the_first_of_tied_scores():
     pts = [{"score": 10.0}, {"score": 12.5}, {"score": 12.5}, {"score": None}]
     assert select(pts) == 1

@@ -99,7 +99,7 @@ class LoadedBase:
     peft: the ``peft.PeftModel`` wrapping ``model`` once a first adapter exists (None before).
 
     Mixed-shard batches read every adapter's LoRA weights from stacked copies (:meth:`stacked_lora`), built
-    on first use and dropped whenever an adapter is added, loaded or removed here.
+    on first use and kept in step with the adapters added, loaded or removed here (only what changed is copied).
     """
 
     model: Any
@@ -130,7 +130,7 @@ class LoadedBase:
 
         if self.peft is None:
             raise ModelError("no adapter is loaded: a mixed-shard batch needs shards")
-        if self._stacked is None or not self._stacked.current():
+        if self._stacked is None or not self._stacked.sync():
             self._stacked = None  # free the old copies before the new ones are made
             self._stacked = StackedLoRA(self.peft)
         return self._stacked
@@ -141,7 +141,6 @@ class LoadedBase:
         from peft import get_peft_model
 
         self._check_new(name)
-        self._stacked = None
         if self.peft is None:
             # get_peft_model injects LoRA layers into self.model in place: from now on self.model alone
             # runs whichever adapter is active; use ``with base.peft.disable_adapter():`` for the bare base.
@@ -158,7 +157,6 @@ class LoadedBase:
         path = Path(path)
         if not (path / "adapter_config.json").is_file():
             raise ModelError(f"{path} is not a PEFT adapter directory (no adapter_config.json)")
-        self._stacked = None
         if self.peft is None:
             self.peft = PeftModel.from_pretrained(self.model, str(path), adapter_name=name, is_trainable=False)
         else:
@@ -189,7 +187,8 @@ class LoadedBase:
         """Drop adapter ``name`` from memory (e.g. after a failed learn step)."""
         if name not in self.adapter_names:
             return
-        self._stacked = None
+        if self._stacked is not None:
+            self._stacked.forget(name)  # its slot is reused by the next adapter a mixed batch needs
         self.peft.delete_adapter(name)
         freeze_all(self.peft)
 

@@ -181,7 +181,7 @@ class RowBatch:
         try:
             if self.base is not None:
                 return self.base.stacked_lora()
-            if self._stacked is None or not self._stacked.current():
+            if self._stacked is None or not self._stacked.sync():
                 self._stacked = None
                 self._stacked = StackedLoRA(self.model)
             return self._stacked

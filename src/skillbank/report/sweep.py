@@ -43,12 +43,36 @@ def sweep_table(record: dict):
     return table
 
 
+LEARNS = 0.6  # a baseline "learns its families" when its diagonal EM is at least this share of SFT's
+
+
+def learning_check(record: dict) -> tuple[float | None, list[dict]]:
+    """SFT's selected diagonal EM and, per other method, whether its selected setting learns new families
+    (diagonal >= LEARNS x SFT's) and whether any setting of its grid does."""
+    sft = record["methods"].get("sft", {})
+    reference = sft["points"][sft["selected"]]["diagonal_em"] if sft.get("selected") is not None else None
+    rows = []
+    for method, info in record["methods"].items():
+        if method == "sft" or reference is None or info.get("selected") is None:
+            continue
+        finished = [e for e in info["points"] if e["finished"]]
+        chosen = info["points"][info["selected"]]
+        best = max(finished, key=lambda e: e["diagonal_em"])
+        rows.append({"method": method, "selected": chosen["label"], "diagonal": chosen["diagonal_em"],
+                     "ratio": chosen["diagonal_em"] / reference if reference else None,
+                     "learns": chosen["diagonal_em"] >= LEARNS * reference,
+                     "best": best["label"], "best_diagonal": best["diagonal_em"],
+                     "any_learns": best["diagonal_em"] >= LEARNS * reference})
+    return reference, rows
+
+
 def sweep_curves(record: dict, path: str | Path) -> Path | None:
     """Learning vs retention per method (one panel each); None when no point finished."""
     methods = [(m, [e for e in info["points"] if e["finished"]]) for m, info in record["methods"].items()]
     methods = [(m, pts) for m, pts in methods if pts]
     if not methods:
         return None
+    reference, _ = learning_check(record)
     ncols = min(3, len(methods))
     nrows = math.ceil(len(methods) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.8 * nrows), dpi=120, squeeze=False)
@@ -63,10 +87,13 @@ def sweep_curves(record: dict, path: str | Path) -> Path | None:
         ax.set_xlim(-3, 103)
         ax.set_ylim(-3, 103)
         ax.plot([0, 100], [0, 100], color="#bbbbbb", lw=0.8, ls="--", zorder=1)
+        if reference is not None and method != "sft":
+            ax.axhline(100 * LEARNS * reference, color="#ee7733", lw=0.8, ls=":", zorder=1,
+                       label=f"{LEARNS:g} x SFT's diagonal")
         ax.set_xlabel("first family's EM after the last stage (%)", fontsize=8)
         ax.set_ylabel("diagonal EM (%)", fontsize=8)
         ax.set_title(f"{method} ({len(pts)} settings)", fontsize=10)
-        if any(e["selected"] for e in pts):
+        if any(e["selected"] for e in pts) or (reference is not None and method != "sft"):
             ax.legend(fontsize=7, loc="lower right")
     for ax in list(axes.flat)[len(methods):]:
         ax.axis("off")
@@ -105,6 +132,19 @@ def write_sweep_report(record: dict, out_dir: str | Path) -> Path:
                 lines.append(f"| {e['index']} | {e['label']} | - | - | unfinished | |")
         if not info["complete"]:
             lines += ["", "_Not selected yet: some points are unfinished (rerun the sweep to continue)._"]
+        lines.append("")
+    reference, checks = learning_check(record)
+    if checks:
+        lines += ["## Does every method learn its families?", "",
+                  f"A method learns when its diagonal EM (each family's EM right after it is learned) is at least "
+                  f"{LEARNS:g} x sequential SFT's selected diagonal ({_pct(reference)}).", "",
+                  "| method | selected setting | diagonal EM | x SFT | learns | best diagonal in its grid | any setting learns |",
+                  "|---|---|---:|---:|:---:|---|:---:|"]
+        for c in checks:
+            ratio = "-" if c["ratio"] is None else f"{c['ratio']:.2f}"
+            lines.append(f"| {c['method']} | {c['selected']} | {_pct(c['diagonal'])} | {ratio} | "
+                         f"{'yes' if c['learns'] else '**no**'} | {c['best']} ({_pct(c['best_diagonal'])}) | "
+                         f"{'yes' if c['any_learns'] else '**no**'} |")
         lines.append("")
     if fig is not None:
         lines += ["## Learning vs retention", "", f"![learning vs retention]({fig.name})", ""]
