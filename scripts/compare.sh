@@ -8,8 +8,8 @@
 #
 #   JOBS=2 CONFIG=my.toml scripts/compare.sh RUN_DIR [DEADLINE_SECONDS]
 #
-# Jobs start in the order listed in JOB_ORDER (default: FSM, the trained baselines, the references,
-# the diagnostics), each method's two orders next to each other so that partial results stay
+# Jobs start in the order listed in JOB_ORDER (default: FSM, then the config's other methods in its order,
+# then the diagnostics), each method's two orders next to each other so that partial results stay
 # comparable across orders. When every job has finished, `skillbank reactivate` probes the final
 # checkpoints of LwF, EWC and O-LoRA with the correct skill address (REACTIVATE=0 skips it). Logs go
 # to RUN_DIR/logs/. After the deadline (0 = none) every process still running is stopped (its
@@ -21,7 +21,11 @@ CONFIG=${CONFIG:-configs/compare.toml}
 JOBS=${JOBS:-32}
 PY=${PYTHON:-python3}
 FSM_PARALLEL=${FSM_PARALLEL:-5}
-JOB_ORDER=${JOB_ORDER:-"fsm sft replay lwf ewc olora stacked progressive-routed base-skill base-oracle-fields diagnose"}
+# Default: the config's methods, FSM first (its parallel stages use the machine best early), then diagnose.
+JOB_ORDER=${JOB_ORDER:-$($PY -c "
+from skillbank.config import RunConfig
+methods = RunConfig.from_toml('$CONFIG').methods
+print(' '.join(['fsm'] * ('fsm' in methods) + [m for m in methods if m != 'fsm'] + ['diagnose']))")} || exit 1
 mkdir -p "$RUN/logs"
 export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 start=$(date +%s)

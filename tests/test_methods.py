@@ -225,7 +225,10 @@ def test_progressive_routed_answers_family_j_with_adapters_1_to_j(base, small_st
     assert method.columns[0] == column1 and len(method.columns) == 2 and column1 != method.columns[1]
     records = small_stream.test[f1][:2] + small_stream.test[f2][:2]
     queries = method.queries(2, records)
-    assert set(queries) == {"progressive-routed", "progressive-oracle"}
+    assert set(queries) == {"progressive-routed", "progressive-oracle", "stacked"}
+    # the summed, unrouted reading from the same training: the last column (every adapter) for every request
+    assert [q.state for q in queries["stacked"]] == [method.columns[1]] * 4
+    assert all(q.route is None and set(q.skills) == set(method.seen_skills(2)) for q in queries["stacked"])
     oracle = queries["progressive-oracle"]
     assert [q.route for q in oracle] == [f1, f1, f2, f2]
     assert [q.state for q in oracle] == [method.columns[0]] * 2 + [method.columns[1]] * 2

@@ -61,6 +61,9 @@ def test_every_method_runs_and_fills_the_lower_triangle(tmp_path, tiny_model_dir
     assert saved["method_params"]["replay"] == {"per_stage": 2}
     routed = record["methods"]["progressive-routed"][ORDER]["variants"]["progressive-oracle"]["summary"]
     assert routed["route_per_stage"] == [1.0, 1.0, 1.0]  # the Oracle picks the gold family's column
+    # progressive-routed trains exactly as stacked: its summed, unrouted variant is the stacked method's answer
+    assert (record["methods"]["progressive-routed"][ORDER]["variants"]["stacked"]["em"]
+            == record["methods"]["stacked"][ORDER]["variants"]["stacked"]["em"])
     # only the last stage keeps its state; frozen-base references train nothing
     assert not (out / "methods" / "sft" / ORDER / "stage-01" / "state").exists()
     assert (out / "methods" / "sft" / ORDER / "stage-03" / "state" / "seq" / "adapter_model.safetensors").is_file()

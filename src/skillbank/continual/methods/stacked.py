@@ -113,7 +113,9 @@ class LegacyProgressive(StackedLoRA):
 class ProgressiveRoutedLoRA(StackedLoRA):
     """Trained as :class:`StackedLoRA`; a request routed to family j (the j-th of the order) is answered by
     adapters 1..j only (family j's column). Variants: ``progressive-routed`` (the family chosen by the
-    Address Memory from the raw request) and ``progressive-oracle`` (the gold family)."""
+    Address Memory from the raw request) and ``progressive-oracle`` (the gold family); and ``stacked``, every
+    request answered by the last column (all adapters summed): :class:`StackedLoRA`'s own answer, from the
+    same training, so a comparison gets both readings of Progressive-LoRA for one method's training."""
 
     name = "progressive-routed"
     title = "Progressive-LoRA (routed)"
@@ -150,13 +152,14 @@ class ProgressiveRoutedLoRA(StackedLoRA):
     def queries(self, t: int, records: Sequence[Record]) -> dict[str, list[Query]]:
         fmt, prefix = self.ctx.train.target_format, self.stream_prefix
         routed = self.address.predict([r.request for r in records]) if records else []
-        out: dict[str, list[Query]] = {self.name: [], self.ORACLE: []}
+        out: dict[str, list[Query]] = {self.name: [], self.ORACLE: [], StackedLoRA.name: []}
         for r, route in zip(records, routed):
             prompt = self.closed_book_prompt(r.request)
             for variant, family in ((self.name, route), (self.ORACLE, r.family)):
                 j = self.column(family)
                 out[variant].append(Query(self.columns[j - 1], prompt, fmt, prefix, route=family,
                                           skills=self.seen_skills(j)))
+            out[StackedLoRA.name].append(Query(self.columns[t - 1], prompt, fmt, prefix, skills=self.seen_skills(t)))
         return out
 
     def model_for(self, state: str):
