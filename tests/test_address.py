@@ -199,3 +199,9 @@ def test_route_scale_report(tmp_path, small_stream):
     np.testing.assert_allclose(stepwise.predict_proba(probe), batched.predict_proba(probe))
     write([res], tmp_path)
     assert (tmp_path / "routing_scale.png").stat().st_size > 0 and "| nb | 5 |" in render_markdown([res])
+    # a reference too slow to refit at every checkpoint: fitted once on every family, scored at the end only,
+    # where it gives what the checkpoint-by-checkpoint run gave
+    once = route_scale(small_stream, keys, {"nb": HashingNBAddress, "lr": TfidfLogRegAddress}, latency_sample=5,
+                       final_only=["lr"])
+    assert [p["k"] for p in once["selectors"]["lr"]] == [5] and len(once["selectors"]["nb"]) == 5
+    assert once["selectors"]["lr"][0]["accuracy"] == res["selectors"]["lr"][-1]["accuracy"]

@@ -256,8 +256,9 @@ def route_scale_cmd(
                                        "tests/fixtures/paraphrase_builtin.jsonl."),
     extra: List[str] = typer.Option([], "--selector", help="Also evaluate this text-only selector kind, e.g. "
                                     "embed-lda-nb. Repeatable."),
-    reference_up_to: int = typer.Option(200, help="Skip the offline TF-IDF+LR reference on streams with more "
-                                        "families than this (it refits on every kept request)."),
+    reference_up_to: int = typer.Option(200, help="On streams with more families than this, fit the offline "
+                                        "TF-IDF+LR reference once, on every family, and score it at the final "
+                                        "prefix only (it refits on every kept request at each checkpoint)."),
     out_dir: Path = typer.Option(..., "--out", help="Output directory: routing_scale.json, .md, .png."),
 ):
     """Route accuracy and routing latency as the number of learned families grows, per stream."""
@@ -269,10 +270,11 @@ def route_scale_cmd(
     results = []
     for path in streams:
         stream = Stream.load(path)
-        selectors = text_selectors(extra, reference=len(stream.family_keys) <= reference_up_to)
+        selectors = text_selectors(extra)
+        final_only = ["offline TF-IDF+LR"] if len(stream.family_keys) > reference_up_to else []
         with err.status(f"routing {stream.name}...") as status:
             results.append(route_scale(stream, stream.order(order) if order else stream.family_keys, selectors,
-                                       records=hand, progress=status.update))
+                                       records=hand, final_only=final_only, progress=status.update))
     write(results, out_dir)
     out.print(render_markdown(results))
 
