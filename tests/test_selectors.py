@@ -213,6 +213,10 @@ def test_evaluate_every_selector_over_prefixes_and_resume(tmp_path, tiny_bank, s
         assert (out / name).is_file(), name
     md = selectors_markdown(rec)
     assert "Self-route: *coverage*" in md and "ours: MiniLM LDA + hashing NB" in md
+    c = rec["compete"]  # both orders' final prefixes: each competing request costs k = 3 generations
+    assert c["routed_final"] == 2 * n_tests and c["k"] == 3 and c["quantile"] == 0.1
+    assert c["generations_per_request"] == pytest.approx(1 + 2 * c["competed_final"] / c["routed_final"], abs=1e-3)
+    assert f"{c['generations_per_request']:.2f} generations per request" in md
     # a second run resumes from outputs.jsonl: nothing generated again, same numbers
     again = evaluate_selectors(tiny_bank, small_stream, ["O1", "O2"], ["oracle", "self-route"], out_dir=out,
                                batch_size=8, max_new_tokens=4, test_per_family=2)
@@ -277,6 +281,15 @@ def test_address_compete(tmp_path, tiny_bank, small_stream):
         top2 = np.argsort(-base[i])[:2]
         scores = [cache.outputs[(keys[c], test[i])].mean_logprob for c in top2]
         assert sel.predict([test[i]])[0] == keys[top2[int(np.argmax(scores))]]
+    # the threshold's margins are leave-one-out: a training request's margin is what it gets from a router
+    # that learned its stage without it (exact), here checked for the last stage's first request
+    last = small_stream.train[keys[-1]]
+    without = stage_fit(make_selector("hashing-nb"), small_stream)
+    without.forget(keys[-1]).partial_fit([r.request for r in last[1:]], keys[-1])
+    from skillbank.memory.selectors.model_based import _top2_margin
+    want = _top2_margin(without.joint_log_likelihood([last[0].request]))[0]
+    assert sel.margins_[-len(last)] == pytest.approx(want, rel=1e-9, abs=1e-9)
+    assert sel.margins_[-len(last)] < sel.margins([last[0].request])[0]  # in-sample overstates the margin
     sel.save(tmp_path / "compete")
     assert_no_requests_saved(tmp_path / "compete", [r.request for k in keys for r in small_stream.train[k]])
     back = load_selector(tmp_path / "compete", cache=cache)

@@ -338,6 +338,9 @@ def selectors_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print selectors.json on stdout."),
     constrain: bool = typer.Option(True, "--constrain/--no-constrain",
                                    help="Decode with each shard's grammar (only its skills and arguments)."),
+    compete_k: int = typer.Option(3, help="address-compete: candidates whose executors compete."),
+    compete_quantile: float = typer.Option(0.1, help="address-compete: share of training requests (leave-one-out "
+                                           "margins) that would have competed; sets the unsure threshold."),
 ):
     """Every selector over one frozen bank: route accuracy and EM after every prefix; resumable (outputs.jsonl).
 
@@ -352,7 +355,8 @@ def selectors_cmd(
     sb = SkillBank.open(bank)
     record = evaluate_selectors(sb, stream, orders, kinds or ALL_SELECTORS, out_dir=out_dir, batch_size=batch_size,
                                 max_new_tokens=max_new_tokens, test_per_family=test_per_family,
-                                say=lambda m: err.print(m, highlight=False), constrain=constrain)
+                                say=lambda m: err.print(m, highlight=False), constrain=constrain,
+                                compete={"k": compete_k, "quantile": compete_quantile})
     if as_json:
         print(json.dumps(record, indent=1))
         return

@@ -115,13 +115,15 @@ def _check_kinds(kinds: Sequence[str]) -> list[str]:
 
 def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Sequence[str] = ALL_SELECTORS, *,
                        out_dir: str | Path, batch_size: int = 16, max_new_tokens: int = 256,
-                       test_per_family: int | None = None, say: Say | None = None, constrain: bool = True) -> dict:
+                       test_per_family: int | None = None, say: Say | None = None, constrain: bool = True,
+                       compete: dict | None = None) -> dict:
     """Evaluate ``kinds`` over the opened ``bank`` (a :class:`~skillbank.memory.bank.SkillBank`) on every
     prefix of each order; write ``selectors.json``, ``outputs.jsonl`` and the report into ``out_dir``.
 
     constrain: generate with each shard's grammar. Self-route then compares the mean log-probability, under
     each shard's own (unconstrained) distribution, of the graph its grammar let it write; AdapterCL scores
-    the request, not an output, so the constraint does not touch it."""
+    the request, not an output, so the constraint does not touch it.
+    compete: parameters of ``address-compete`` (``k``, ``quantile``)."""
     from skillbank.memory.selectors import AdapterRequestNLL, BaseHiddenStates
     from skillbank.memory.selectors.embedding import memoize_encoders
 
@@ -147,7 +149,7 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
     context = {"oracle": {"gold": gold},
                "epi": {"featurizer": BaseHiddenStates(bank.execution.base, batch_size=batch_size, memo=True)},
                "adaptercl": {"scorer": AdapterRequestNLL(bank.execution, batch_size=batch_size, memo=True)},
-               "self-route": {"cache": cache}, "address-compete": {"cache": cache}}
+               "self-route": {"cache": cache}, "address-compete": {**(compete or {}), "cache": cache}}
     memoize_encoders()
     if "self-route" in kinds:
         # Self-route needs every shard's output for every request; one call lets each shard batch them all.
@@ -189,6 +191,7 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
                 cost[kind]["competed_final"] += sel.competed_
                 cost[kind]["routed_final"] += len(per_stage[-1])
                 cost[kind]["threshold"] = sel.threshold_
+                cost[kind]["quantile"], cost[kind]["k"] = sel.quantile, sel.k
             if say:
                 final = per_stage[-1]
                 seen = [r for k in order for r in tests[k]]
@@ -249,8 +252,11 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
                                   "routed": int(v["routed"])} for k, v in cost.items()}
     if "address-compete" in cost:
         c = cost["address-compete"]
-        record["compete"] = {"competed_final": int(c["competed_final"]), "routed_final": int(c["routed_final"]),
-                             "threshold": round(c["threshold"], 3)}
+        competed, routed = int(c["competed_final"]), int(c["routed_final"])
+        record["compete"] = {"competed_final": competed, "routed_final": routed, "threshold": round(c["threshold"], 3),
+                             "k": int(c["k"]), "quantile": c["quantile"],
+                             # what a request costs in executor generations at the final prefix (1 = routing only)
+                             "generations_per_request": round((routed + (c["k"] - 1) * competed) / routed, 3)}
     record["timing"] = {"generate_seconds": round(cache.generate_seconds, 1), "outputs": len(cache.outputs),
                         "outputs_reused": cache.reused, "evaluate_seconds": round(time.perf_counter() - t_start, 1)}
     (out / "selectors.json").write_text(json.dumps(record, indent=1) + "\n")

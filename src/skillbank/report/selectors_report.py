@@ -26,6 +26,12 @@ def selectors_markdown(record: dict, images: dict[str, str] | None = None, headi
              f"held-out requests per task: " + ", ".join(f"{labels[k]} {n}" for k, n in sizes.items())
              + f". Executors are frozen and shared; only the selector differs. Greedy decoding, cap "
              f"{record['max_new_tokens']} tokens.", ""]
+    c = record.get("compete")
+    if c and "generations_per_request" in c:
+        lines += [f"Address-compete: {c['competed_final']} of {c['routed_final']} requests of the final prefix had a "
+                  f"top-2 margin under {c['threshold']:g} (the {c['quantile']:g} quantile of the training requests' "
+                  f"leave-one-out margins) and were answered by the best of their top {c['k']} executors: "
+                  f"{c['generations_per_request']:.2f} generations per request (1 = the Address Memory alone).", ""]
     for o, res in record["orders"].items():
         order = res["order"]
         sel = res["selectors"]
