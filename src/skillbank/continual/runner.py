@@ -33,6 +33,7 @@ from typing import Callable, Sequence
 from skillbank.config import ConfigError, RunConfig
 from skillbank.continual.run_dir import COMPLETE, build_run_stream, collect_method_order, write_json_atomic
 from skillbank.continual.run_dir import stage_dir as _stage_dir
+from skillbank.continual.stage_cache import StageCache
 from skillbank.data.records import Record
 from skillbank.data.stream import Stream
 from skillbank.metrics import aggregate, route_accuracy, score_example, task_macro
@@ -185,6 +186,7 @@ class RunContext:
     out: Path
     say: Say | None
     progress: bool
+    stage_cache: Path | None = None  # trained stages other methods may load (skillbank.continual.stage_cache)
 
 
 def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrained: dict | None = None) -> dict:
@@ -210,7 +212,8 @@ def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrain
     base = load_base(cfg.base_config(), progress=rc.progress)
     ctx = MethodContext(base=base, train=cfg.train_config_for(method_name), stream=stream, order_name=order_name,
                         order=order, workdir=mdir, progress=rc.progress and main, say=say,
-                        extras={"address": cfg.address.model_dump(), "pretrained": pretrained or {}})
+                        extras={"address": cfg.address.model_dump(), "pretrained": pretrained or {},
+                                "stage_cache": StageCache(rc.stage_cache) if rc.stage_cache else None})
     method = cls(ctx, cfg.method_params_for(method_name))
     cache = OutputCache(mdir / "outputs.jsonl", cfg.eval.batch_size, cfg.eval.max_new_tokens,
                         catalog=stream.catalog if cfg.eval.constrain else None)
@@ -356,8 +359,11 @@ def run_dir_lock(out: Path):
 
 
 def run(cfg: RunConfig, out_dir: str | Path, *, say: Say | None = None, progress: bool = True,
-        restart: bool = False, report: bool = True) -> dict:
+        restart: bool = False, report: bool = True, stage_cache: str | Path | None = "default") -> dict:
     """Run every configured method over every configured order; write results and the report.
+
+    stage_cache: where trainings that several methods share are kept (``<out>/shared-stages`` by
+    default; a sweep passes one for all its points; None trains every stage).
 
     Several processes may run different methods (or orders of a method other than FSM, whose orders
     share one bank) into the same directory at once; results.json and the report then hold them all."""
@@ -384,7 +390,9 @@ def run(cfg: RunConfig, out_dir: str | Path, *, say: Say | None = None, progress
         else:
             say(f"stream {stream.name}: " + ", ".join(f"{v['task']} {v['train']}/{v['test']}"
                                                        for v in stream.summary().values()) + " (train/test per family)")
-    rc = RunContext(cfg, stream, out, say if main else None, progress)
+    if stage_cache == "default":
+        stage_cache = out / "shared-stages"
+    rc = RunContext(cfg, stream, out, say if main else None, progress, Path(stage_cache) if stage_cache else None)
     methods: dict[str, dict] = {}
     for name in cfg.methods:
         pretrained = None

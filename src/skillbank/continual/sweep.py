@@ -18,6 +18,9 @@ On disk (``SWEEP_DIR``)::
     sweep.json                  every point: its settings, per-screen accuracy matrices, diagonal EM, the
                                 first family's EM after the last stage, the score, which one was selected
     sweep.md, sweep-curves.png  the report (skillbank.report.sweep)
+    shared-stages/              stages trained once for every point that trains them the same way (the
+                                first stage of SFT, Replay, LwF and EWC at one learning rate:
+                                skillbank.continual.stage_cache)
 
 A killed sweep continues where it stopped when run again: finished points are read back, not rerun, and an
 unfinished point resumes from its last finished stage.
@@ -224,14 +227,22 @@ def plan_sweep(cfg: SweepConfig, stream=None) -> SweepPlan:
         if screen not in screen_of:
             screens.append(screen)
             screen_of[screen] = name
+    from skillbank.continual.methods.registry import method_class
     epochs = {}
+    shared_first: set[tuple] = set()  # first stages trained once for a group of methods (stage_cache)
     for p in points:
         pcfg = point_config(cfg, p, screens)
         tc, params = pcfg.train_config(), pcfg.method_params_for(p.method)
+        group = method_class(p.method).first_stage_group
         total = 0.0
         for screen in screens:
             keys = stream.order(screen)
             for t, fam in enumerate(keys):
+                if t == 0 and group is not None:
+                    shared = (group, screen, json.dumps(tc.to_dict(), sort_keys=True, default=str))
+                    if shared in shared_first:
+                        continue
+                    shared_first.add(shared)
                 n = len(stream.train[fam]) + _replay_extra(p.method, params, [len(stream.train[k]) for k in keys[:t]])
                 total += n * tc.epochs
         epochs[p.ident] = total
@@ -289,7 +300,8 @@ def run_sweep(cfg: SweepConfig, out_dir: str | Path, *, say: Say | None = None, 
             say(f"[{i}/{len(plan.points)}] {p.method} {p.label}: running (about {left / 3600:.1f} CPU h of the "
                 f"sweep left by the estimate)")
         try:
-            runner.run(point_config(cfg, p, plan.screens), pdir, say=say, progress=progress, report=False)
+            runner.run(point_config(cfg, p, plan.screens), pdir, say=say, progress=progress, report=False,
+                       stage_cache=out / "shared-stages")
         except ConfigError as exc:
             raise ConfigError(f"{exc} (sweep: use another --out, or delete {pdir} to redo this point)") from None
         done_s += cost

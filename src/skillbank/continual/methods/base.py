@@ -120,6 +120,9 @@ class Method(ABC):
     order_independent: ClassVar[bool] = False
     #: True when the method trains (references on a frozen base do not).
     trains: ClassVar[bool] = True
+    #: Label of a group of methods whose first stage is the same training under the same recipe (loaded
+    #: from a stage cache after the first of them trains it); None: its own.
+    first_stage_group: ClassVar[str | None] = None
 
     def __init__(self, ctx: MethodContext, params: MethodParams | None = None):
         self.ctx = ctx
