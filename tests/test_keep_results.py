@@ -1,0 +1,46 @@
+"""scripts/keep_results.py: a run's results without its weights, from which a run continues."""
+import importlib.util
+import json
+from pathlib import Path
+
+from test_runner import tiny_config
+
+from skillbank.continual.runner import run
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "keep_results.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("keep_results", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_results_are_kept_without_weights_and_a_run_continues_from_them(tmp_path, tiny_model_dir):
+    cfg = tiny_config(tiny_model_dir, ["sft"], eval={"orders": ["T1,T2", "T2,T1"], "max_new_tokens": 6, "batch_size": 4},
+                      method_params={"sft": {"address_probe": False}})
+    src = tmp_path / "run"
+    full = run(cfg, src, progress=False, report=False)
+    # the second order as if killed before its last evaluation
+    (src / "methods" / "sft" / "T2,T1" / "stage-02" / "eval.json").unlink()
+    assert _script().main([str(src), str(tmp_path / "kept")]) == 0
+    kept = tmp_path / "kept"
+    files = {p.relative_to(kept).as_posix() for p in kept.rglob("*") if p.is_file()}
+    assert "config.json" in files and "methods/sft/T1,T2/stage-02/eval.json" in files
+    assert "methods/sft/T1,T2/predictions.jsonl" in files
+    assert not any("T2,T1" in f for f in files)  # unfinished: left out whole
+    assert not any(f.endswith(".safetensors") or "/state/" in f or "shared-stages" in f or f.endswith("outputs.jsonl")
+                   for f in files)
+    # a run on the kept results reads the finished order back and trains the other one again
+    messages = []
+    again = run(cfg, kept, say=messages.append, progress=False, report=False)
+    assert any("sft T1,T2: already finished" in m for m in messages)
+    for order in ("T1,T2", "T2,T1"):
+        assert again["methods"]["sft"][order]["variants"] == full["methods"]["sft"][order]["variants"], order
+    assert json.loads((kept / "methods" / "sft" / "T2,T1" / "stage-02" / "eval.json").read_text())["order"]
+
+
+def test_a_missing_source_is_refused(tmp_path, capsys):
+    assert _script().main([str(tmp_path / "nope"), str(tmp_path / "out")]) == 2
+    assert "is not a directory" in capsys.readouterr().err
