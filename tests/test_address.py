@@ -104,6 +104,24 @@ def test_offline_reference_keeps_requests_and_refits(tmp_path):
     np.testing.assert_allclose(back.predict_proba(test["life"]), sel.predict_proba(test["life"]))
 
 
+def test_offline_reference_switches_to_saga_when_lbfgs_would_not_fit(monkeypatch):
+    """Past LBFGS_MAX_PARAMS weights the reference fits with SAGA (L-BFGS-B segfaults at 10^8 weights):
+    checked here with the bound lowered, on the small corpus, where both must route alike."""
+    data, test = corpus(0), corpus(1, 20)
+    fitted = {}
+    for bound in (10**9, 1):
+        monkeypatch.setattr(TfidfLogRegAddress, "LBFGS_MAX_PARAMS", bound)
+        sel = TfidfLogRegAddress()
+        for fam in ("life", "speech", "vision"):
+            sel.partial_fit(data[fam], fam)
+        fitted[sel.solver_] = sel
+    assert set(fitted) == {"lbfgs", "saga"}
+    for fam, reqs in test.items():
+        assert fitted["saga"].predict(reqs) == fitted["lbfgs"].predict(reqs), fam
+    with pytest.raises(SelectorError, match="solver must be"):
+        TfidfLogRegAddress(solver="newton")
+
+
 @pytest.mark.parametrize("call, reason", [
     (lambda s: s.predict(["x"]), "has not learned any shard"),
     (lambda s: s.partial_fit([], "a"), "at least one request"),

@@ -197,19 +197,29 @@ class TfidfLogRegAddress(Selector):
 
     Not replay-free by construction: ``partial_fit`` appends the stage's requests to the kept pool and
     refits from scratch, so it always sees every earlier stage's requests.
+
+    ``solver="auto"`` fits with L-BFGS while the model has at most :data:`LBFGS_MAX_PARAMS` weights
+    (features x families) and with SAGA above. L-BFGS keeps ~25 vectors of that size: at 1,000 synthetic
+    families (~100,000 TF-IDF n-grams, 10^8 weights) that is 20 GB, past the 32-bit indices of scipy's
+    L-BFGS-B, which then crashes the process with a segfault instead of an error.
     """
 
     kind = "tfidf-logreg"
     replay_free = False
+    #: L-BFGS up to this many weights (its workspace: ~25 x 8 bytes each, i.e. 4 GB here); SAGA above.
+    LBFGS_MAX_PARAMS = 20_000_000
 
     def __init__(self, C: float = 10.0, ngram_range: tuple[int, int] | list = (1, 2), max_iter: int = 2000,
-                 sublinear_tf: bool = True):
+                 sublinear_tf: bool = True, solver: str = "auto"):
         if not C > 0:
             raise SelectorError(f"C must be > 0, got {C!r}")
+        if solver not in ("auto", "lbfgs", "saga"):
+            raise SelectorError(f"solver must be 'auto', 'lbfgs' or 'saga', got {solver!r}")
         self.C = float(C)
         self.ngram_range = (int(ngram_range[0]), int(ngram_range[1]))
         self.max_iter = int(max_iter)
         self.sublinear_tf = sublinear_tf
+        self.solver = solver
         self.reset()
 
     def reset(self) -> None:
@@ -221,7 +231,7 @@ class TfidfLogRegAddress(Selector):
 
     def get_params(self) -> dict:
         return {"C": self.C, "ngram_range": list(self.ngram_range), "max_iter": self.max_iter,
-                "sublinear_tf": self.sublinear_tf}
+                "sublinear_tf": self.sublinear_tf, "solver": self.solver}
 
     def partial_fit(self, requests, labels) -> "TfidfLogRegAddress":
         reqs = check_requests(requests)
@@ -240,7 +250,10 @@ class TfidfLogRegAddress(Selector):
         if len(self.classes_) == 1:
             self._model = None  # one shard: nothing to choose
             return
-        self._model = LogisticRegression(C=self.C, max_iter=self.max_iter)
+        self.solver_ = self.solver
+        if self.solver == "auto":
+            self.solver_ = "lbfgs" if X.shape[1] * len(self.classes_) <= self.LBFGS_MAX_PARAMS else "saga"
+        self._model = LogisticRegression(C=self.C, max_iter=self.max_iter, solver=self.solver_)
         self._model.fit(X, self.labels_)
 
     def predict_proba(self, requests) -> np.ndarray:
