@@ -26,7 +26,7 @@ def test_first_stage_is_trained_once_and_loading_it_changes_nothing(tmp_path, ti
                       method_params={"replay": {"per_stage": 2}, "sft": {"address_probe": False}})
     shared = run(cfg, tmp_path / "shared", progress=False, report=False)
     cache = tmp_path / "shared" / "shared-stages"
-    keys = [p.name for p in cache.iterdir() if not p.name.startswith(".")]
+    keys = [p.name for p in cache.iterdir() if p.is_dir() and not p.name.startswith(".")]
     assert len(keys) == 1 and (cache / keys[0] / "COMPLETE").is_file()  # stage 1: one training for all four
     first, _ = _stage(tmp_path / "shared", "sft", 1)
     assert "shared_stage" not in first  # sft trained it
@@ -52,7 +52,16 @@ def test_first_stage_is_trained_once_and_loading_it_changes_nothing(tmp_path, ti
     stored = weights_digest(adapter_parameters(base.peft, "seq"))
     states = {json.loads(line)["state"] for line in
               (tmp_path / "alone" / "methods" / "ewc" / "outputs.jsonl").read_text().splitlines()}
-    assert f"ewc-{stored}" in states  # the state ewc evaluated after training stage 1 itself
+    assert f"seq-{stored}" in states  # the state ewc evaluated after training stage 1 itself
+
+    # the shared stage's outputs are generated once too: the others answer stage 1 from the shared outputs
+    def generated(record, m):
+        return record["methods"][m][ORDER]["timing"]["generated_this_run"]
+    assert generated(shared, "sft") == generated(alone, "sft")
+    for m in ("ewc", "replay", "lwf"):
+        assert generated(shared, m) < generated(alone, m), m
+        own = (tmp_path / "shared" / "methods" / m / "outputs.jsonl").read_text().splitlines()
+        assert any(json.loads(line)["state"] == f"seq-{stored}" for line in own)  # copied into its own file
 
 
 def test_the_key_changes_with_anything_the_training_reads():

@@ -66,24 +66,47 @@ class OutputCache:
 
     With ``catalog`` given, decoding is constrained: a query's output may only use its ``skills`` and their
     declared arguments (``skillbank.model.constrain``), and the grammar's digest joins the prompt digest, so
-    constrained and free outputs of the same prompt never stand in for each other."""
+    constrained and free outputs of the same prompt never stand in for each other.
 
-    def __init__(self, path: Path, batch_size: int, max_new_tokens: int, catalog=None):
+    ``shared``: a second file that several methods' caches read and append to (the stage cache's, where
+    methods that share a trained stage share its outputs too). An output found only there is copied into
+    ``path``, so ``path`` always holds every output this method's evaluation used."""
+
+    def __init__(self, path: Path, batch_size: int, max_new_tokens: int, catalog=None, shared: Path | None = None):
         self.path = path
+        self.shared = shared
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
         self.catalog = catalog
         self._grammars: dict[tuple, object] = {}
-        self.outputs: dict[tuple[str, str], dict] = {}
+        self.shared_outputs: dict[tuple[str, str], dict] = self._read(shared) if shared else {}
         self.generate_seconds = 0.0
         self.generated = 0
+        self.outputs = self._read(path)
+
+    @staticmethod
+    def _read(path: Path) -> dict[tuple[str, str], dict]:
+        out = {}
         if path.is_file():
             for line in path.read_text().splitlines():
                 try:
                     d = json.loads(line)
-                    self.outputs[(d["state"], d["prompt"])] = d
+                    out[(d["state"], d["prompt"])] = d
                 except (json.JSONDecodeError, KeyError):
                     continue
+        return out
+
+    @staticmethod
+    def _append(path: Path, rows: list[dict]) -> None:
+        # One write() per line on an O_APPEND descriptor: processes running other orders or methods append
+        # to the same file concurrently without interleaving inside a line.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            for d in rows:
+                os.write(fd, (json.dumps(d, ensure_ascii=False) + "\n").encode())
+        finally:
+            os.close(fd)
 
     def grammar(self, query):
         """The grammar a query's output must follow (None: unconstrained)."""
@@ -103,9 +126,15 @@ class OutputCache:
         keys = [(q.state, prompt_key(q.prompt if g is None else f"{q.prompt}\0grammar:{g.digest}"))
                 for q, g in zip(queries, grammars)]
         missing: dict[tuple[str, str], tuple] = {}
+        reused = []
         for q, g, k in zip(queries, grammars, keys):
+            if k not in self.outputs and k in self.shared_outputs:
+                self.outputs[k] = self.shared_outputs[k]
+                reused.append(self.shared_outputs[k])
             if k not in self.outputs:
                 missing.setdefault(k, (q.prompt, g))
+        if reused:
+            self._append(self.path, reused)
         by_state: dict[str, list[tuple[str, tuple]]] = {}
         for (state, pk), item in missing.items():
             by_state.setdefault(state, []).append((pk, item))
@@ -119,17 +148,15 @@ class OutputCache:
                                 grammars=[g for _, (_, g) in items])
             self.generate_seconds += time.perf_counter() - t0
             self.generated += len(items)
-            # One write() per line on an O_APPEND descriptor: processes running other orders of the same
-            # method append to this file concurrently without interleaving inside a line.
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                for (pk, _), g in zip(items, gens):
-                    d = {"state": state, "prompt": pk, "text": g.text, "n_tokens": g.n_tokens,
-                         "mean_logprob": g.mean_logprob, "stopped": g.stopped, "reason": g.reason}
-                    self.outputs[(state, pk)] = d
-                    os.write(fd, (json.dumps(d, ensure_ascii=False) + "\n").encode())
-            finally:
-                os.close(fd)
+            rows = []
+            for (pk, _), g in zip(items, gens):
+                d = {"state": state, "prompt": pk, "text": g.text, "n_tokens": g.n_tokens,
+                     "mean_logprob": g.mean_logprob, "stopped": g.stopped, "reason": g.reason}
+                self.outputs[(state, pk)] = d
+                rows.append(d)
+            self._append(self.path, rows)
+            if self.shared is not None:
+                self._append(self.shared, rows)
         return [self.outputs[k] for k in keys]
 
 
@@ -215,8 +242,9 @@ def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrain
                         extras={"address": cfg.address.model_dump(), "pretrained": pretrained or {},
                                 "stage_cache": StageCache(rc.stage_cache) if rc.stage_cache else None})
     method = cls(ctx, cfg.method_params_for(method_name))
+    shared = rc.stage_cache / "outputs.jsonl" if rc.stage_cache and cls.first_stage_group else None
     cache = OutputCache(mdir / "outputs.jsonl", cfg.eval.batch_size, cfg.eval.max_new_tokens,
-                        catalog=stream.catalog if cfg.eval.constrain else None)
+                        catalog=stream.catalog if cfg.eval.constrain else None, shared=shared)
     if finished:
         if say:
             say(f"{method_name} {order_name}: resuming after stage {finished}")

@@ -15,6 +15,9 @@ callback is never shared.
 On disk: ``<root>/<key>/`` holds the adapter directory, ``fit.json`` (the training's own totals: a run
 that loads the stage reports the time the training took and says where it came from) and ``COMPLETE``.
 Processes that train the same key at once both train; the first to finish stores it.
+
+The methods' outputs are keyed by the adapter's weights, not the method's name, and the runner gives them
+``<root>/outputs.jsonl`` as a shared output cache, so the shared stage is also evaluated once.
 """
 from __future__ import annotations
 

@@ -108,7 +108,10 @@ class SequentialSFT(Method):
         return result, None
 
     def _refresh_state(self) -> None:
-        self.state_id = f"{self.name}-{weights_digest(adapter_parameters(self.base.peft, ADAPTER))}"
+        # Named by the adapter, not the method: the four methods answer with the one adapter alone, so equal
+        # weights give equal outputs whichever method holds them (the first stage, shared through the stage
+        # cache, is then evaluated once for all of them).
+        self.state_id = f"{ADAPTER}-{weights_digest(adapter_parameters(self.base.peft, ADAPTER))}"
 
     def queries(self, t: int, records: Sequence[Record]) -> dict[str, list[Query]]:
         prefix = self.stream_prefix
