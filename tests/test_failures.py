@@ -27,18 +27,24 @@ def _drifted(graph: TaskGraph, family: str) -> TaskGraph:
     return TaskGraph.from_dict(d)
 
 
+def _run_dir(root, cfg):
+    """A run directory holding cfg's config and a finished stage-01 of ORDER for SFT (no model involved)."""
+    stream = build_run_stream(cfg)
+    order = stream.order(ORDER)
+    odir = root / "methods" / "sft" / ORDER
+    (odir / "stage-01").mkdir(parents=True)
+    (root / "config.json").write_text(json.dumps(cfg.resolved()))
+    (odir / "stage-01" / "eval.json").write_text(json.dumps({"order": order}))
+    return stream, order, odir
+
+
 @pytest.fixture
 def fake_run(tmp_path):
     """A run directory with config, stage-01 order and hand-made SFT predictions (no model involved)."""
     cfg = RunConfig.from_dict({"name": "f", "methods": ["sft"], "train": {"target_format": "compact"},
                                "stream": {"source": "builtin", "train_per_family": 2, "test_per_family": 4},
                                "eval": {"orders": [ORDER]}})
-    stream = build_run_stream(cfg)
-    order = stream.order(ORDER)
-    odir = tmp_path / "methods" / "sft" / ORDER
-    (odir / "stage-01").mkdir(parents=True)
-    (tmp_path / "config.json").write_text(json.dumps(cfg.resolved()))
-    (odir / "stage-01" / "eval.json").write_text(json.dumps({"order": order}))
+    stream, order, odir = _run_dir(tmp_path, cfg)
     first, last = stream.test[order[0]], stream.test[order[-1]]
     rows = [
         {"id": first[0].id, "graph": first[0].graph.to_dict(), "em": 1.0},                      # exact
@@ -73,12 +79,7 @@ def test_a_tuning_run_is_read_against_its_validation_split(tmp_path):
                                "stream": {"source": "builtin", "train_per_family": 4, "test_per_family": 2,
                                           "validation_per_family": 2},
                                "eval": {"orders": [ORDER], "split": "validation"}})
-    stream = build_run_stream(cfg)
-    order = stream.order(ORDER)
-    odir = tmp_path / "methods" / "sft" / ORDER
-    (odir / "stage-01").mkdir(parents=True)
-    (tmp_path / "config.json").write_text(json.dumps(cfg.resolved()))
-    (odir / "stage-01" / "eval.json").write_text(json.dumps({"order": order}))
+    stream, order, odir = _run_dir(tmp_path, cfg)
     val = stream.validation[order[0]]
     with open(odir / "predictions.jsonl", "w") as fh:
         for r in val:
