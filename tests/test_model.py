@@ -47,6 +47,23 @@ def test_load_local_dir_is_frozen_with_identity(tiny, tiny_dir):
     assert weights_digest(tiny.model) != weights_digest(again.model)
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_auto_dtype_is_bfloat16_only_where_the_device_multiplies_it_natively(tiny_dir, monkeypatch, fast):
+    # On an AVX2-only CPU torch's bfloat16 matmul is a single-threaded fallback (~30x slower per training step)
+    import skillbank.model.base as base_mod
+    monkeypatch.setattr(base_mod, "bf16_is_fast", lambda device: fast)
+    loaded = load_base(BaseModelConfig(name=str(tiny_dir), dtype="auto"), progress=False)
+    want = "bfloat16" if fast else "float32"
+    assert loaded.identity["dtype"] == want  # the identity records what was loaded, not "auto"
+    assert next(loaded.model.parameters()).dtype == base_mod.DTYPES[want]
+    assert BaseModelConfig(dtype="bfloat16").resolve_dtype() == "bfloat16"  # an explicit dtype is kept
+
+
+def test_bf16_is_fast_reads_the_cpus_onednn():
+    from skillbank.model.base import bf16_is_fast
+    assert bf16_is_fast(torch.device("cpu")) == bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def test_tiny_model_is_deterministic_by_seed(tmp_path, tiny):
     same = load_base(BaseModelConfig(name=str(make_tiny_model(tmp_path / "a", seed=0))), progress=False)
     other = load_base(BaseModelConfig(name=str(make_tiny_model(tmp_path / "b", seed=1))), progress=False)

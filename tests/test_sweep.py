@@ -145,6 +145,12 @@ def test_a_sweep_resumes_without_redoing_finished_points_and_selects_the_printed
 
     saved = json.loads((out / "sweep.json").read_text())
     assert saved["screens"] == ["T1,T2", "T3,T1"] and saved["split"] == "validation"
+    # measured cost: every training once; a stage loaded from the stage cache cost no training
+    fits = [json.loads(f.read_text()) for f in sorted((out / "points").glob("*/*/methods/*/*/stage-*/train.json"))]
+    trained = [f["wall_seconds"] for f in fits if "shared_stage" not in f]
+    assert len(fits) == 16 and len(trained) == 14  # lwf's second point loads the first's first stages
+    assert saved["measured"]["stages"] == 16 and saved["measured"]["trainings"] == 14
+    assert saved["measured"]["train_seconds"] == pytest.approx(sum(trained), abs=0.1)
     for method, info in saved["methods"].items():
         assert info["complete"]
         for e in info["points"]:

@@ -80,7 +80,9 @@ class StreamSettings(_Strict):
 
 class BaseSettings(_Strict):
     name: str = "embedded"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
+        "float32", description="auto: bfloat16 where the device multiplies it natively (CUDA, AVX512-BF16/AMX "
+                               "CPUs), float32 elsewhere")
     threads: Optional[int] = Field(None, ge=1)
     cache_dir: Optional[str] = None
     device: str = Field("auto", description="auto (CUDA when available), cpu, cuda or cuda:N")

@@ -373,8 +373,36 @@ def collect_sweep(cfg: SweepConfig, out: Path, plan: SweepPlan) -> dict:
             "screen_of": plan.screen_of, "families": plan.families, "split": "validation",
             "estimate": {"request_epochs": sum(plan.request_epochs.values()), "cpu_seconds": round(plan.seconds),
                          "seconds_per_request_epoch": SECONDS_PER_REQUEST_EPOCH},
+            "measured": measured_cost(out, plan, cfg.sweep.stages),
             "base_method_params": {m: cfg.run.method_params.get(m, {}) for m in methods},
             "base_train": cfg.run.train, "methods": methods}
+
+
+def measured_cost(out: Path, plan: SweepPlan, stages: int) -> dict:
+    """What the finished stages cost, from their own files: training wall seconds plus evaluation seconds.
+    A stage loaded from the stage cache (its train.json names the ``shared_stage`` and repeats the training's
+    own totals) cost no training; the point that trained it counts it. Stages of unfinished points count
+    too, since they were paid for."""
+    from skillbank.continual.run_dir import stage_dir
+    train_s = eval_s = 0.0
+    stages_seen = trainings = 0
+    for p in plan.points:
+        d = point_dir(out, p) / "methods" / p.method
+        for screen in plan.screens:
+            for t in range(1, stages + 1):
+                sdir = stage_dir(d / screen, t)
+                ev, tr = sdir / "eval.json", sdir / "train.json"
+                if not ev.is_file():
+                    continue
+                stages_seen += 1
+                eval_s += json.loads(ev.read_text()).get("eval_seconds", 0.0)
+                if tr.is_file():
+                    fit = json.loads(tr.read_text())
+                    if "shared_stage" not in fit:
+                        train_s += fit.get("wall_seconds", 0.0)
+                        trainings += 1
+    return {"train_seconds": round(train_s, 1), "eval_seconds": round(eval_s, 1), "stages": stages_seen,
+            "trainings": trainings, "cpu_hours": round((train_s + eval_s) / 3600, 2)}
 
 
 def select(points: list[dict]) -> int | None:

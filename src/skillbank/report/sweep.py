@@ -120,6 +120,12 @@ def write_sweep_report(record: dict, out_dir: str | Path) -> Path:
     if est:
         lines += [f"Estimated cost: {est['request_epochs']:,.0f} training request-epochs, about "
                   f"{est['cpu_seconds'] / 3600:.1f} CPU hours at {est['seconds_per_request_epoch']} s per request-epoch.", ""]
+    cost = record.get("measured")
+    if cost:
+        lines += [f"Measured cost of the stages finished so far ({cost['stages']} stages, {cost['trainings']} trainings; "
+                  f"a stage loaded from the stage cache costs no training): {cost['cpu_hours']:.2f} machine hours, "
+                  f"{cost['train_seconds'] / 3600:.2f} h training + {cost['eval_seconds'] / 3600:.2f} h evaluation "
+                  f"(from the stages' train.json and eval.json).", ""]
     for method, info in record["methods"].items():
         lines += [f"## {method}", "",
                   "| # | setting | diagonal EM | first family after last stage | score | selected |",

@@ -32,7 +32,7 @@ from typing import Callable, Iterator, Optional, Sequence
 import torch
 
 from skillbank.errors import ModelError
-from skillbank.model.base import LoadedBase, freeze_all
+from skillbank.model.base import LoadedBase, bf16_is_fast, freeze_all
 from skillbank.model.prompts import IGNORE_INDEX, Example
 
 __all__ = ["LossTerm", "StepContext", "FitResult", "fit", "target_logits", "target_loss", "collate",
@@ -53,14 +53,7 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     """"auto" -> "bf16" where bfloat16 matmuls are fast (CUDA with bf16, or a CPU with AVX512-BF16/AMX)."""
     if precision != "auto":
         return precision
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    if device.type == "cpu":
-        try:
-            return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
-        except (AttributeError, RuntimeError):
-            return "fp32"
-    return "fp32"
+    return "bf16" if bf16_is_fast(device) else "fp32"
 
 
 def length_grouped_batches(lengths: Sequence[int], batch_size: int, generator: random.Random,
