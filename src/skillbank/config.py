@@ -81,7 +81,7 @@ class StreamSettings(_Strict):
 class BaseSettings(_Strict):
     name: str = "embedded"
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
-        "float32", description="auto: bfloat16 where the device multiplies it natively (CUDA, AVX512-BF16/AMX "
+        "float32", description="auto: bfloat16 where the device multiplies it natively (CUDA, AVX-512 "
                                "CPUs), float32 elsewhere")
     threads: Optional[int] = Field(None, ge=1)
     cache_dir: Optional[str] = None

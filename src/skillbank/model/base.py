@@ -95,7 +95,7 @@ class BaseModelConfig:
 
 def bf16_is_fast(device: torch.device) -> bool:
     """Whether bfloat16 matmuls run natively on ``device``: CUDA with bf16 support, or a CPU whose oneDNN
-    has bf16 kernels (AVX512-BF16 / AMX). Elsewhere, an AVX2-only CPU for one, torch falls back to a
+    has bf16 kernels (AVX-512). Elsewhere, an AVX2-only CPU for one, torch falls back to a
     single-threaded reference GEMM for bfloat16: measured here at 100x float32 for a forward matmul and
     ~30x for a LoRA training step, which is why ``"auto"`` exists."""
     if device.type == "cuda":

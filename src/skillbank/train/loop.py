@@ -50,7 +50,7 @@ def process_state():
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
-    """"auto" -> "bf16" where bfloat16 matmuls are fast (CUDA with bf16, or a CPU with AVX512-BF16/AMX)."""
+    """"auto" -> "bf16" where bfloat16 matmuls are fast (CUDA with bf16, or an AVX-512 CPU)."""
     if precision != "auto":
         return precision
     return "bf16" if bf16_is_fast(device) else "fp32"
