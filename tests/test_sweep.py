@@ -294,6 +294,30 @@ def test_bad_grids_fail_before_any_work(tmp_path, tiny_model_dir, monkeypatch, g
     assert started == [] and not (tmp_path / "s").exists()
 
 
+def test_processes_can_split_a_sweep_by_method(tmp_path, tiny_model_dir, monkeypatch):
+    """`--method` runs only those methods' points, in the order given; `--threads` reaches every point's run
+    and is not part of its identity."""
+    started = []
+    monkeypatch.setattr(runner_mod, "run", lambda cfg, out, **k: started.append((cfg.methods[0], cfg.base.threads)))
+    cfg = tiny_sweep(tiny_model_dir, GRID)
+    run_sweep(cfg.with_threads(1), tmp_path / "s", progress=False, methods=["lwf"])
+    assert started == [("lwf", 1), ("lwf", 1)]
+    started.clear()
+    run_sweep(cfg, tmp_path / "s", progress=False, methods=["lwf", "sft"])
+    assert [m for m, _ in started] == ["lwf", "lwf", "sft", "sft"]
+    record = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert set(record["methods"]) == {"sft", "lwf"}  # the record always covers the whole grid
+    with pytest.raises(ConfigError, match="--method ewc: not in this sweep's grid"):
+        run_sweep(cfg, tmp_path / "s", progress=False, methods=["ewc"])
+    # the thread count is not part of a point's identity: a point finished with 1 thread reads back with 2
+    from skillbank.continual.sweep import point_config
+    point = plan_sweep(cfg).points[0]
+    a = point_config(cfg.with_threads(1), point, ["T1,T2"]).resolved()
+    b = point_config(cfg.with_threads(2), point, ["T1,T2"]).resolved()
+    runner_mod.check_same_config(tmp_path, a, b)
+    assert a["base"]["threads"] == 1 and b["base"]["threads"] == 2
+
+
 def test_a_sweep_without_a_validation_split_is_refused(tiny_model_dir, tmp_path):
     cfg = tiny_sweep(tiny_model_dir, {"sft": {"train": {"lr": [2e-3]}}},
                      stream={"source": "builtin", "train_per_family": 5, "test_per_family": 2})

@@ -942,7 +942,12 @@ def sweep(config: Optional[Path] = typer.Option(None, help="Sweep configuration 
           plan_only: bool = typer.Option(False, "--plan", help="Check the grid and print the plan and its cost "
                                          "estimate; train nothing."),
           selected: bool = typer.Option(False, "--selected-toml", help="Print the selected values of the sweep in "
-                                        "--out as \\[method_params]/\\[train] blocks for configs/compare.toml; run nothing.")):
+                                        "--out as \\[method_params]/\\[train] blocks for configs/compare.toml; run nothing."),
+          methods: Optional[list[str]] = typer.Option(None, "--method", help="Run only this method's points "
+                                                      "(repeatable, in the order given); others are read back. "
+                                                      "Processes with disjoint methods can share one --out."),
+          threads: Optional[int] = typer.Option(None, min=1, help="Torch threads for this process (overrides "
+                                                "\\[base] threads; not part of a run's identity).")):
     """Screen each method's own hyperparameters on two-stage runs evaluated on a validation split (never the
     held-out requests); select by a rule fixed in advance; write sweep.json and a report (sweep.md + PNG).
 
@@ -963,7 +968,9 @@ def sweep(config: Optional[Path] = typer.Option(None, help="Sweep configuration 
         out.print(plan.describe(), highlight=False, soft_wrap=True)
         out.print(f"selection rule: {SELECTION_RULE}", highlight=False, soft_wrap=True)
         return
-    record = run_sweep(cfg, out_dir, say=lambda m: err.print(m, highlight=False))
+    if threads is not None:
+        cfg = cfg.with_threads(threads)
+    record = run_sweep(cfg, out_dir, say=lambda m: err.print(m, highlight=False), methods=methods)
     from skillbank.report.sweep import sweep_table
     out.print(sweep_table(record))
     err.print(f"sweep.json and the report (sweep.md, sweep-curves.png) in {out_dir}/; the selection for "

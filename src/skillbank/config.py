@@ -278,6 +278,11 @@ class SweepConfig(BaseModel):
         raw.setdefault("methods", list(sweep.grid))
         return cls(run=RunConfig.from_dict(raw, where=where), sweep=sweep)
 
+    def with_threads(self, threads: int) -> "SweepConfig":
+        """The same sweep with ``[base] threads`` set (how fast it runs, not what it learns)."""
+        base = self.run.base.model_copy(update={"threads": threads})
+        return self.model_copy(update={"run": self.run.model_copy(update={"base": base})})
+
 
 def packaged_config(name: str) -> Path:
     """Path of a config shipped inside the package (``demo``), so it works without a source checkout."""

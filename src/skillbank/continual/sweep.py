@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -271,18 +272,32 @@ def point_finished(out: Path, point: GridPoint, screens: list[str], stages: int)
     return all((d / s / f"stage-{stages:02d}" / "eval.json").is_file() for s in screens)
 
 
-def run_sweep(cfg: SweepConfig, out_dir: str | Path, *, say: Say | None = None, progress: bool = True) -> dict:
-    """Run (or resume) every grid point's screens, then score, select and write sweep.json and the report."""
+def run_sweep(cfg: SweepConfig, out_dir: str | Path, *, say: Say | None = None, progress: bool = True,
+              methods: list[str] | None = None) -> dict:
+    """Run (or resume) every grid point's screens, then score, select and write sweep.json and the report.
+
+    ``methods``: run only these methods' points, in this order (the others are read back where finished).
+    Processes given disjoint methods can share one sweep directory, e.g. two one-thread processes on a
+    2-core CPU; sweep.json and the report always cover every finished point."""
     from skillbank.continual import runner
     out = Path(out_dir)
     plan = plan_sweep(cfg)
+    todo = plan.points
+    if methods:
+        unknown = sorted(set(methods) - {p.method for p in plan.points})
+        if unknown:
+            raise ConfigError(f"--method {', '.join(unknown)}: not in this sweep's grid "
+                              f"({', '.join(sorted({p.method for p in plan.points}))})")
+        todo = [p for m in dict.fromkeys(methods) for p in plan.points if p.method == m]
     if say:
         say(f"sweep: {plan.describe()}")
         say(f"selection rule (fixed before running): {SELECTION_RULE}")
+        if methods:
+            say(f"this process runs the points of {', '.join(dict.fromkeys(methods))} ({len(todo)} of {len(plan.points)})")
     out.mkdir(parents=True, exist_ok=True)
     done_s = 0.0
     t0 = time.perf_counter()
-    for i, p in enumerate(plan.points, 1):
+    for i, p in enumerate(todo, 1):
         cost = SECONDS_PER_REQUEST_EPOCH * plan.request_epochs[p.ident]
         pdir = point_dir(out, p)
         if point_finished(out, p, plan.screens, cfg.sweep.stages):
@@ -292,13 +307,13 @@ def run_sweep(cfg: SweepConfig, out_dir: str | Path, *, say: Say | None = None, 
             except ConfigError as exc:
                 raise ConfigError(f"{exc} (sweep: use another --out, or delete {pdir} to redo this point)") from None
             if say:
-                say(f"[{i}/{len(plan.points)}] {p.method} {p.label}: finished earlier, read back")
+                say(f"[{i}/{len(todo)}] {p.method} {p.label}: finished earlier, read back")
             done_s += cost
             continue
         if say:
-            left = plan.seconds - done_s
-            say(f"[{i}/{len(plan.points)}] {p.method} {p.label}: running (about {left / 3600:.1f} CPU h of the "
-                f"sweep left by the estimate)")
+            left = sum(SECONDS_PER_REQUEST_EPOCH * plan.request_epochs[q.ident] for q in todo) - done_s
+            say(f"[{i}/{len(todo)}] {p.method} {p.label}: running (by the estimate about {left / 3600:.1f} CPU h "
+                f"left for this process)")
         try:
             runner.run(point_config(cfg, p, plan.screens), pdir, say=say, progress=progress, report=False,
                        stage_cache=out / "shared-stages")
@@ -316,7 +331,7 @@ def run_sweep(cfg: SweepConfig, out_dir: str | Path, *, say: Say | None = None, 
 
 def write_sweep_json(out: Path, record: dict) -> Path:
     path = out / "sweep.json"
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # processes sharing the directory each write whole files
     tmp.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     tmp.replace(path)
     return path
