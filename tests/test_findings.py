@@ -100,4 +100,9 @@ def test_markdown_lists_every_verdict_and_the_acquisition_line():
             per_order["variants"][name]["summary"]["diagonal_macro_em"] = 0.5
     md = "\n".join(findings_markdown([record]))
     assert md.count("| holds |") == 8
-    assert "- order O1: FSM 50.0, SFT 50.0" in md
+    assert "- order O1: FSM 50.0, SFT 50.0, LwF 50.0 (1.00x SFT)" in md
+    # a baseline that learns less than 0.6x what SFT learns is marked
+    for per_order in record["methods"]["ewc"].values():
+        per_order["variants"]["ewc"]["summary"]["diagonal_macro_em"] = 0.25
+    md = "\n".join(findings_markdown([record]))
+    assert "EWC 25.0 (0.50x SFT, **below 0.6x**)" in md and "LwF 50.0 (1.00x SFT)," in md

@@ -163,21 +163,32 @@ def _replay_reference(result: dict, order: str) -> Finding:
                          show=lambda s: _pct(s["macro_em"]), lead=lead + "; ")
 
 
+#: a trained baseline "learns its families" when its diagonal EM is at least this share of sequential SFT's
+#: (the bar the hyperparameter sweep holds every selected setting to: skillbank.report.sweep)
+LEARNS = 0.6
+
+
 def acquisition_lines(result: dict) -> list[str]:
     """How well each trained method learns a family when it arrives (mean EM on the diagonal of its
     accuracy matrix), next to FSM's executors trained on the same data alone: a baseline that forgets
-    and one that never learned look alike in BWT and macro EM, but not here."""
+    and one that never learned look alike in BWT and macro EM, but not here. A baseline below
+    ``LEARNS`` x SFT's diagonal is marked."""
     orders = sorted({o for per_order in result["methods"].values() for o in per_order})
     lines = []
     for order in orders:
         parts = []
+        sft = result["methods"].get("sft", {}).get(order)
+        sft_d = sft["variants"]["sft"]["summary"]["diagonal_macro_em"] if sft and "sft" in sft["variants"] else None
         for m in ("fsm",) + tuple(_present(result, m) for m in REPLAY_FREE_TRAINED) + ("replay",):
             per_order = result["methods"].get(m, {}).get(order)
             if per_order is None or m not in per_order["variants"]:
                 continue
             d = per_order["variants"][m]["summary"]["diagonal_macro_em"]
             done = "" if per_order.get("complete") else f" (stages 1-{per_order['stages_done']})"
-            parts.append(f"{TITLES[m]} {_pct(d)}{done}")
+            ratio = ""
+            if m not in ("fsm", "sft") and sft_d:
+                ratio = f" ({d / sft_d:.2f}x SFT{'' if d >= LEARNS * sft_d else f', **below {LEARNS:g}x**'})"
+            parts.append(f"{TITLES[m]} {_pct(d)}{ratio}{done}")
         if parts:
             lines.append(f"- order {order}: " + ", ".join(parts))
     return lines

@@ -16,6 +16,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on servers
 import matplotlib.pyplot as plt  # noqa: E402
 
+from skillbank.report.findings import LEARNS  # noqa: E402 - a baseline learns at >= this share of SFT's diagonal
+
 
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
@@ -41,9 +43,6 @@ def sweep_table(record: dict):
         table.add_row(method, str(e["index"]), e["label"], _pct(e["diagonal_em"]), _pct(e["retained_first_em"]),
                       f"{e['score']:.2f}", "<- selected" if e["selected"] else "")
     return table
-
-
-LEARNS = 0.6  # a baseline "learns its families" when its diagonal EM is at least this share of SFT's
 
 
 def learning_check(record: dict) -> tuple[float | None, list[dict]]:
