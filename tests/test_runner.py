@@ -139,6 +139,9 @@ def test_a_kill_during_evaluation_reuses_the_saved_state(tmp_path, tiny_model_di
     monkeypatch.setattr(METHODS["sft"], "learn", lambda self, t, f, r: learned.append(t) or real_learn(self, t, f, r))
     run(cfg, tmp_path / "r", progress=False)
     assert learned == [3]  # stage 2 was trained before the kill: its saved state is loaded, not retrained
+    # each stage records the dtype its base was loaded in ([base] dtype = "auto" resolves per machine)
+    fits = sorted((tmp_path / "r" / "methods" / "sft").glob("*/stage-*/train.json"))
+    assert fits and all(json.loads(f.read_text())["base_dtype"] == "float32" for f in fits)
 
 
 def test_a_run_directory_refuses_another_configuration(tmp_path, tiny_model_dir):

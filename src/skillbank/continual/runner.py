@@ -272,7 +272,8 @@ def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrain
                     (tmp / COMPLETE).write_text("")
                     shutil.rmtree(state_dir, ignore_errors=True)
                     os.replace(tmp, state_dir)
-                    write_json_atomic(sdir / "train.json", _lite(summary))
+                    # the dtype actually loaded: [base] dtype = "auto" resolves per machine
+                    write_json_atomic(sdir / "train.json", _lite({**summary, "base_dtype": method.base.identity["dtype"]}))
             if main:
                 t_eval = time.perf_counter()
                 seen = order[:t]
