@@ -284,11 +284,13 @@ def run_sweep(cfg: SweepConfig, out_dir: str | Path, *, say: Say | None = None, 
     plan = plan_sweep(cfg)
     todo = plan.points
     if methods:
-        unknown = sorted(set(methods) - {p.method for p in plan.points})
+        grid_methods = {p.method for p in plan.points}
+        unknown = sorted(set(methods) - grid_methods)
         if unknown:
             raise ConfigError(f"--method {', '.join(unknown)}: not in this sweep's grid "
-                              f"({', '.join(sorted({p.method for p in plan.points}))})")
+                              f"({', '.join(sorted(grid_methods))})")
         todo = [p for m in dict.fromkeys(methods) for p in plan.points if p.method == m]
+    planned_s = sum(SECONDS_PER_REQUEST_EPOCH * plan.request_epochs[p.ident] for p in todo)
     if say:
         say(f"sweep: {plan.describe()}")
         say(f"selection rule (fixed before running): {SELECTION_RULE}")
@@ -311,7 +313,7 @@ def run_sweep(cfg: SweepConfig, out_dir: str | Path, *, say: Say | None = None, 
             done_s += cost
             continue
         if say:
-            left = sum(SECONDS_PER_REQUEST_EPOCH * plan.request_epochs[q.ident] for q in todo) - done_s
+            left = planned_s - done_s
             say(f"[{i}/{len(todo)}] {p.method} {p.label}: running (by the estimate about {left / 3600:.1f} CPU h "
                 f"left for this process)")
         try:
