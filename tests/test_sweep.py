@@ -14,7 +14,7 @@ from skillbank.config import ConfigError, RunConfig, SweepConfig
 from skillbank.continual import runner as runner_mod
 from skillbank.continual.methods import METHODS
 from skillbank.continual.run_dir import build_run_stream
-from skillbank.continual.sweep import expand_grid, plan_sweep, run_sweep, select
+from skillbank.continual.sweep import SECONDS_PER_REQUEST_EPOCH, expand_grid, plan_sweep, run_sweep, select
 from skillbank.report.sweep import selected_toml
 
 if sys.version_info >= (3, 11):
@@ -151,6 +151,17 @@ def test_a_sweep_resumes_without_redoing_finished_points_and_selects_the_printed
     assert len(fits) == 16 and len(trained) == 14  # lwf's second point loads the first's first stages
     assert saved["measured"]["stages"] == 16 and saved["measured"]["trainings"] == 14
     assert saved["measured"]["train_seconds"] == pytest.approx(sum(trained), abs=0.1)
+    # the rate the remaining points are estimated at: those seconds over the trainings' request-epochs
+    request_epochs = sum(f["examples"] * f["epochs"] for f in fits if "shared_stage" not in f)
+    assert saved["measured"]["request_epochs"] == request_epochs
+    assert saved["measured"]["seconds_per_request_epoch"] == pytest.approx(
+        (saved["measured"]["train_seconds"] + saved["measured"]["eval_seconds"]) / request_epochs, abs=1e-3)
+    # the resumed point was estimated at the rate of the stages finished before it, not the built-in guess
+    running = [m for m in messages if ": running" in m]
+    rates = [float(re.search(r"at ([0-9.]+) s per request-epoch", m).group(1)) for m in running]
+    assert len(rates) == 1 and rates[0] > 0 and rates[0] != SECONDS_PER_REQUEST_EPOCH
+    rate = saved["measured"]["seconds_per_request_epoch"]
+    assert f"at the {rate} s per request-epoch measured on this sweep's 14 finished" in plan_sweep(cfg).describe(saved["measured"])
     for method, info in saved["methods"].items():
         assert info["complete"]
         for e in info["points"]:

@@ -952,7 +952,7 @@ def sweep(config: Optional[Path] = typer.Option(None, help="Sweep configuration 
     held-out requests); select by a rule fixed in advance; write sweep.json and a report (sweep.md + PNG).
 
     An interrupted sweep continues from its finished points (and stages) when rerun with the same --out."""
-    from skillbank.continual.sweep import SELECTION_RULE, load_sweep, plan_sweep, run_sweep
+    from skillbank.continual.sweep import SELECTION_RULE, load_sweep, measured_cost, plan_sweep, run_sweep
     from skillbank.report.sweep import selected_toml
     if selected:
         print(selected_toml(load_sweep(out_dir)), end="")
@@ -965,7 +965,8 @@ def sweep(config: Optional[Path] = typer.Option(None, help="Sweep configuration 
         plan = plan_sweep(cfg)
         for p in plan.points:
             out.print(f"{p.method:8s} #{p.index:<2d} {p.label}", highlight=False, soft_wrap=True)
-        out.print(plan.describe(), highlight=False, soft_wrap=True)
+        measured = measured_cost(out_dir, plan, cfg.sweep.stages) if out_dir.is_dir() else None
+        out.print(plan.describe(measured), highlight=False, soft_wrap=True)
         out.print(f"selection rule: {SELECTION_RULE}", highlight=False, soft_wrap=True)
         return
     if threads is not None:

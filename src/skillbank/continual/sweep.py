@@ -201,11 +201,19 @@ class SweepPlan:
     def seconds(self) -> float:
         return SECONDS_PER_REQUEST_EPOCH * sum(self.request_epochs.values())
 
-    def describe(self) -> str:
+    def describe(self, measured: dict | None = None) -> str:
+        """The plan and its cost; with ``measured`` (:func:`measured_cost` of a sweep directory) also the cost at
+        the rate this sweep's own finished stages ran at, which depends on the machine and dtype (bfloat16 on
+        an AVX-512 CPU is ~2x faster per request than float32 on an AVX2 one)."""
         n = len(self.points)
-        return (f"{n} grid points x {len(self.screens)} screens ({', '.join(self.screens)}) = {n * len(self.screens)} "
+        text = (f"{n} grid points x {len(self.screens)} screens ({', '.join(self.screens)}) = {n * len(self.screens)} "
                 f"{self.stages}-stage runs, {sum(self.request_epochs.values()):,.0f} training request-epochs: "
                 f"about {self.seconds / 3600:.1f} CPU hours at {SECONDS_PER_REQUEST_EPOCH} s per request-epoch")
+        rate = (measured or {}).get("seconds_per_request_epoch")
+        if rate:
+            text += (f"; about {rate * sum(self.request_epochs.values()) / 3600:.1f} process hours at the {rate} s per "
+                     f"request-epoch measured on this sweep's {measured['trainings']} finished trainings")
+        return text
 
 
 def plan_sweep(cfg: SweepConfig, stream=None) -> SweepPlan:
@@ -290,9 +298,10 @@ def run_sweep(cfg: SweepConfig, out_dir: str | Path, *, say: Say | None = None, 
             raise ConfigError(f"--method {', '.join(unknown)}: not in this sweep's grid "
                               f"({', '.join(sorted(grid_methods))})")
         todo = [p for m in dict.fromkeys(methods) for p in plan.points if p.method == m]
-    planned_s = sum(SECONDS_PER_REQUEST_EPOCH * plan.request_epochs[p.ident] for p in todo)
+    rate = measured_cost(out, plan, cfg.sweep.stages)["seconds_per_request_epoch"] or SECONDS_PER_REQUEST_EPOCH
+    planned_s = sum(rate * plan.request_epochs[p.ident] for p in todo)
     if say:
-        say(f"sweep: {plan.describe()}")
+        say(f"sweep: {plan.describe(measured_cost(out, plan, cfg.sweep.stages))}")
         say(f"selection rule (fixed before running): {SELECTION_RULE}")
         if methods:
             say(f"this process runs the points of {', '.join(dict.fromkeys(methods))} ({len(todo)} of {len(plan.points)})")
@@ -300,7 +309,7 @@ def run_sweep(cfg: SweepConfig, out_dir: str | Path, *, say: Say | None = None, 
     done_s = 0.0
     t0 = time.perf_counter()
     for i, p in enumerate(todo, 1):
-        cost = SECONDS_PER_REQUEST_EPOCH * plan.request_epochs[p.ident]
+        cost = rate * plan.request_epochs[p.ident]
         pdir = point_dir(out, p)
         if point_finished(out, p, plan.screens, cfg.sweep.stages):
             try:  # read back only what this configuration would have produced
@@ -314,8 +323,8 @@ def run_sweep(cfg: SweepConfig, out_dir: str | Path, *, say: Say | None = None, 
             continue
         if say:
             left = planned_s - done_s
-            say(f"[{i}/{len(todo)}] {p.method} {p.label}: running (by the estimate about {left / 3600:.1f} CPU h "
-                f"left for this process)")
+            say(f"[{i}/{len(todo)}] {p.method} {p.label}: running (by the estimate about {left / 3600:.1f} h "
+                f"left for this process, at {rate:.3g} s per request-epoch)")
         try:
             runner.run(point_config(cfg, p, plan.screens), pdir, say=say, progress=progress, report=False,
                        stage_cache=out / "shared-stages")
@@ -399,10 +408,14 @@ def measured_cost(out: Path, plan: SweepPlan, stages: int) -> dict:
     """What the finished stages cost, from their own files: training wall seconds plus evaluation seconds.
     A stage loaded from the stage cache (its train.json names the ``shared_stage`` and repeats the training's
     own totals) cost no training; the point that trained it counts it. Stages of unfinished points count
-    too, since they were paid for."""
+    too, since they were paid for.
+
+    ``seconds_per_request_epoch``: those seconds over the request-epochs the counted trainings ran (their
+    examples x epochs; Replay's buffer included): the rate of this machine, dtype and thread count, which the
+    remaining points are estimated at. None before any training finished."""
     from skillbank.continual.run_dir import stage_dir
     train_s = eval_s = 0.0
-    stages_seen = trainings = 0
+    stages_seen = trainings = request_epochs = 0
     for p in plan.points:
         d = point_dir(out, p) / "methods" / p.method
         for screen in plan.screens:
@@ -418,8 +431,11 @@ def measured_cost(out: Path, plan: SweepPlan, stages: int) -> dict:
                     if "shared_stage" not in fit:
                         train_s += fit.get("wall_seconds", 0.0)
                         trainings += 1
+                        request_epochs += fit.get("examples", 0) * fit.get("epochs", 0)
+    rate = round((train_s + eval_s) / request_epochs, 3) if request_epochs else None
     return {"train_seconds": round(train_s, 1), "eval_seconds": round(eval_s, 1), "stages": stages_seen,
-            "trainings": trainings, "cpu_hours": round((train_s + eval_s) / 3600, 2)}
+            "trainings": trainings, "request_epochs": request_epochs, "seconds_per_request_epoch": rate,
+            "cpu_hours": round((train_s + eval_s) / 3600, 2)}
 
 
 def select(points: list[dict]) -> int | None:

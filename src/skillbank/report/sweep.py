@@ -124,7 +124,9 @@ def write_sweep_report(record: dict, out_dir: str | Path) -> Path:
         lines += [f"Measured cost of the stages finished so far ({cost['stages']} stages, {cost['trainings']} trainings; "
                   f"a stage loaded from the stage cache costs no training): {cost['cpu_hours']:.2f} machine hours, "
                   f"{cost['train_seconds'] / 3600:.2f} h training + {cost['eval_seconds'] / 3600:.2f} h evaluation "
-                  f"(from the stages' train.json and eval.json).", ""]
+                  f"(from the stages' train.json and eval.json)"
+                  + (f"; {cost['seconds_per_request_epoch']} s per training request-epoch, evaluation included."
+                     if cost.get("seconds_per_request_epoch") else "."), ""]
     for method, info in record["methods"].items():
         lines += [f"## {method}", "",
                   "| # | setting | diagonal EM | first family after last stage | score | selected |",
