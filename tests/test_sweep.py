@@ -329,6 +329,35 @@ def test_processes_can_split_a_sweep_by_method(tmp_path, tiny_model_dir, monkeyp
     assert a["base"]["threads"] == 1 and b["base"]["threads"] == 2
 
 
+def test_processes_split_the_points_of_one_method_by_claims(tmp_path, tiny_model_dir, monkeypatch):
+    """A point another process holds is skipped and come back to at the end; if that process died without
+    finishing it (its claim released, no stage files), this one runs it."""
+    from contextlib import ExitStack
+    from skillbank.continual.sweep import point_claim, point_dir
+    cfg = tiny_sweep(tiny_model_dir, GRID)
+    out = tmp_path / "s"
+    first, second = [p for p in plan_sweep(cfg).points if p.method == "lwf"]
+    other_process = ExitStack()
+    assert other_process.enter_context(point_claim(point_dir(out, first), wait=False)) is True
+    started = []
+
+    def fake_run(run_cfg, pdir, **k):
+        started.append(Path(pdir).name)
+        if Path(pdir) == point_dir(out, second):
+            other_process.close()  # the other process dies mid-point: its claim goes, its point is unfinished
+
+    monkeypatch.setattr(runner_mod, "run", fake_run)
+    messages = []
+    run_sweep(cfg, out, say=messages.append, progress=False, methods=["lwf"])
+    assert started == [point_dir(out, second).name, point_dir(out, first).name]
+    assert any(f"lwf {first.label}: another process is running it" in m for m in messages)
+    # a held claim is not taken twice, and a released one is free again
+    with point_claim(point_dir(out, first), wait=False) as mine:
+        assert mine is True
+        with point_claim(point_dir(out, first), wait=False) as again:
+            assert again is False
+
+
 def test_a_sweep_without_a_validation_split_is_refused(tiny_model_dir, tmp_path):
     cfg = tiny_sweep(tiny_model_dir, {"sft": {"train": {"lr": [2e-3]}}},
                      stream={"source": "builtin", "train_per_family": 5, "test_per_family": 2})

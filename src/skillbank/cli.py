@@ -945,7 +945,8 @@ def sweep(config: Optional[Path] = typer.Option(None, help="Sweep configuration 
                                         "--out as \\[method_params]/\\[train] blocks for configs/compare.toml; run nothing."),
           methods: Optional[list[str]] = typer.Option(None, "--method", help="Run only this method's points "
                                                       "(repeatable, in the order given); others are read back. "
-                                                      "Processes with disjoint methods can share one --out."),
+                                                      "Processes can share one --out: each skips the points "
+                                                      "another is running."),
           threads: Optional[int] = typer.Option(None, min=1, help="Torch threads for this process (overrides "
                                                 "\\[base] threads; not part of a run's identity).")):
     """Screen each method's own hyperparameters on two-stage runs evaluated on a validation split (never the

@@ -23,7 +23,9 @@ On disk (``SWEEP_DIR``)::
                                 skillbank.continual.stage_cache)
 
 A killed sweep continues where it stopped when run again: finished points are read back, not rerun, and an
-unfinished point resumes from its last finished stage.
+unfinished point resumes from its last finished stage. Several processes may run one sweep directory at once
+(e.g. one per core with one torch thread each): a process holds a point's claim while it runs it, and the
+others skip that point, so they split the grid between them whatever methods they were given.
 """
 from __future__ import annotations
 
@@ -33,9 +35,10 @@ import json
 import os
 import re
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from skillbank.config import ConfigError, RunConfig, SweepConfig
 from skillbank.errors import StreamError
@@ -285,8 +288,10 @@ def run_sweep(cfg: SweepConfig, out_dir: str | Path, *, say: Say | None = None, 
     """Run (or resume) every grid point's screens, then score, select and write sweep.json and the report.
 
     ``methods``: run only these methods' points, in this order (the others are read back where finished).
-    Processes given disjoint methods can share one sweep directory, e.g. two one-thread processes on a
-    2-core CPU; sweep.json and the report always cover every finished point."""
+    Several processes can share one sweep directory, e.g. two one-thread processes on a 2-core CPU: each
+    skips the points another holds (:func:`point_claim`) and comes back to them at the end, so processes
+    given the same methods split those methods' points. sweep.json and the report always cover every
+    finished point."""
     from skillbank.continual import runner
     out = Path(out_dir)
     plan = plan_sweep(cfg)
@@ -308,7 +313,9 @@ def run_sweep(cfg: SweepConfig, out_dir: str | Path, *, say: Say | None = None, 
     out.mkdir(parents=True, exist_ok=True)
     done_s = 0.0
     t0 = time.perf_counter()
-    for i, p in enumerate(todo, 1):
+
+    def run_point(i: int, p: GridPoint) -> None:
+        nonlocal done_s
         cost = rate * plan.request_epochs[p.ident]
         pdir = point_dir(out, p)
         if point_finished(out, p, plan.screens, cfg.sweep.stages):
@@ -320,7 +327,7 @@ def run_sweep(cfg: SweepConfig, out_dir: str | Path, *, say: Say | None = None, 
             if say:
                 say(f"[{i}/{len(todo)}] {p.method} {p.label}: finished earlier, read back")
             done_s += cost
-            continue
+            return
         if say:
             left = planned_s - done_s
             say(f"[{i}/{len(todo)}] {p.method} {p.label}: running (by the estimate about {left / 3600:.1f} h "
@@ -332,12 +339,46 @@ def run_sweep(cfg: SweepConfig, out_dir: str | Path, *, say: Say | None = None, 
             raise ConfigError(f"{exc} (sweep: use another --out, or delete {pdir} to redo this point)") from None
         done_s += cost
         write_sweep_json(out, collect_sweep(cfg, out, plan))  # a killed sweep still leaves what it finished
+
+    # Processes sharing the directory split the points between them: each runs the points no other process
+    # holds, then waits for the ones it skipped and runs any whose process died before finishing them.
+    skipped = []
+    for i, p in enumerate(todo, 1):
+        with point_claim(point_dir(out, p), wait=False) as mine:
+            if mine:
+                run_point(i, p)
+                continue
+        if say:
+            say(f"[{i}/{len(todo)}] {p.method} {p.label}: another process is running it; back to it at the end")
+        skipped.append((i, p))
+    for i, p in skipped:
+        with point_claim(point_dir(out, p), wait=True):
+            run_point(i, p)
     record = collect_sweep(cfg, out, plan)
     record["timing"] = {"wall_seconds_this_run": round(time.perf_counter() - t0, 1)}
     write_sweep_json(out, record)
     from skillbank.report.sweep import write_sweep_report
     write_sweep_report(record, out)
     return record
+
+
+@contextmanager
+def point_claim(pdir: Path, *, wait: bool) -> Iterator[bool]:
+    """Hold the grid point's claim (an flock on ``<point>/.claim``, released by the kernel if the process
+    dies) while running it. Yields False, without waiting, when another process holds it and ``wait`` is
+    False."""
+    import fcntl
+    pdir.mkdir(parents=True, exist_ok=True)
+    with open(pdir / ".claim", "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def write_sweep_json(out: Path, record: dict) -> Path:
