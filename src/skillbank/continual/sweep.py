@@ -303,20 +303,15 @@ def run_sweep(cfg: SweepConfig, out_dir: str | Path, *, say: Say | None = None, 
             raise ConfigError(f"--method {', '.join(unknown)}: not in this sweep's grid "
                               f"({', '.join(sorted(grid_methods))})")
         todo = [p for m in dict.fromkeys(methods) for p in plan.points if p.method == m]
-    rate = measured_cost(out, plan, cfg.sweep.stages)["seconds_per_request_epoch"] or SECONDS_PER_REQUEST_EPOCH
-    planned_s = sum(rate * plan.request_epochs[p.ident] for p in todo)
     if say:
         say(f"sweep: {plan.describe(measured_cost(out, plan, cfg.sweep.stages))}")
         say(f"selection rule (fixed before running): {SELECTION_RULE}")
         if methods:
             say(f"this process runs the points of {', '.join(dict.fromkeys(methods))} ({len(todo)} of {len(plan.points)})")
     out.mkdir(parents=True, exist_ok=True)
-    done_s = 0.0
     t0 = time.perf_counter()
 
     def run_point(i: int, p: GridPoint) -> None:
-        nonlocal done_s
-        cost = rate * plan.request_epochs[p.ident]
         pdir = point_dir(out, p)
         if point_finished(out, p, plan.screens, cfg.sweep.stages):
             try:  # read back only what this configuration would have produced
@@ -326,18 +321,19 @@ def run_sweep(cfg: SweepConfig, out_dir: str | Path, *, say: Say | None = None, 
                 raise ConfigError(f"{exc} (sweep: use another --out, or delete {pdir} to redo this point)") from None
             if say:
                 say(f"[{i}/{len(todo)}] {p.method} {p.label}: finished earlier, read back")
-            done_s += cost
             return
-        if say:
-            left = planned_s - done_s
-            say(f"[{i}/{len(todo)}] {p.method} {p.label}: running (by the estimate about {left / 3600:.1f} h "
-                f"left for this process, at {rate:.3g} s per request-epoch)")
+        if say:  # at the rate the sweep's finished trainings ran, as of now
+            rate = measured_cost(out, plan, cfg.sweep.stages)["seconds_per_request_epoch"] or SECONDS_PER_REQUEST_EPOCH
+            left = sum(plan.request_epochs[q.ident] for q in todo
+                       if not point_finished(out, q, plan.screens, cfg.sweep.stages)) * rate
+            say(f"[{i}/{len(todo)}] {p.method} {p.label}: running (by the estimate about {left / 3600:.1f} process "
+                f"hours left in this process's unfinished points, at {rate:.3g} s per request-epoch; processes "
+                f"sharing the directory split them)")
         try:
             runner.run(point_config(cfg, p, plan.screens), pdir, say=say, progress=progress, report=False,
                        stage_cache=out / "shared-stages")
         except ConfigError as exc:
             raise ConfigError(f"{exc} (sweep: use another --out, or delete {pdir} to redo this point)") from None
-        done_s += cost
         write_sweep_json(out, collect_sweep(cfg, out, plan))  # a killed sweep still leaves what it finished
 
     # Processes sharing the directory split the points between them: each runs the points no other process
