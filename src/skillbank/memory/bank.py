@@ -17,7 +17,6 @@ checks the format version, the base-model digest and every shard's file digests.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import os
 import re
@@ -34,22 +33,11 @@ from skillbank.errors import BankError, RecordError
 from skillbank.jsonfile import read_json
 from skillbank.memory.address import HashingNBAddress, Selector, load_selector, make_selector
 from skillbank.memory.scope import ScopeDetector, catalog_text
+from skillbank.memory.shard_files import dir_digests, file_digest, shard_file_problems
 
 BANK_FORMAT = 1
 MANIFEST = "bank.json"
 FAMILY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
-
-
-def file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return "sha256:" + h.hexdigest()
-
-
-def dir_digests(directory: Path) -> dict[str, str]:
-    return {p.name: file_digest(p) for p in sorted(directory.iterdir()) if p.is_file()}
 
 
 def check_family_name(name: str) -> str:
@@ -735,21 +723,6 @@ def _merge_family_stats(address: Selector, scope: ScopeDetector | None, family: 
                             "(wordfreq version); add them after importing with `skillbank scope fit`")
         j = fam_scope.classes_.index(imported["source_name"])
         scope.add_family(family, fam_scope.counts_[[j]], fam_scope.train_scores_[imported["source_name"]])
-
-
-def shard_file_problems(name: str, directory: Path, digests: dict[str, str]) -> list[str]:
-    """Every missing or modified file of one shard (reads and hashes its files)."""
-    if not directory.is_dir():
-        return [f"shard {name!r} is missing its directory {directory}"]
-    problems = []
-    for fname, digest in digests.items():
-        path = directory / fname
-        if not path.is_file():
-            problems.append(f"shard {name!r} is missing {path}")
-        elif file_digest(path) != digest:
-            problems.append(f"shard {name!r}: {path} does not match its digest (modified or corrupted); "
-                            "shards are write-once")
-    return problems
 
 
 def shard_problems(root: Path, manifest: Manifest) -> list[str]:

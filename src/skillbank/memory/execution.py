@@ -30,6 +30,7 @@ from cachetools import LRUCache
 
 from skillbank.errors import BankError, ModelError
 from skillbank.graph import ParseResult
+from skillbank.memory.shard_files import shard_file_problems
 from skillbank.model.base import EMBEDDED, LoadedBase
 from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS, GenerationStats, generate_for_requests
 from skillbank.model.prompts import prompt_ids
@@ -114,7 +115,6 @@ class ExecutionMemory:
     def _load(self, name: str) -> None:
         """Read a shard's adapter after checking its files: a shard deleted or corrupted after the bank was
         opened fails here, naming the shard, and every other shard keeps working."""
-        from skillbank.memory.bank import shard_file_problems
         directory, entry = self.dirs[name], self.shards[name]
         problems = shard_file_problems(name, directory, getattr(entry, "digests", None) or {})
         if problems:

@@ -21,8 +21,8 @@ from cachetools import LRUCache
 from skillbank.errors import BankError, SkillbankError
 from skillbank.memory.address import load_selector
 from skillbank.memory.execution import GRAMMARS_KEPT, grammars_kept
-from skillbank.memory.bank import (Manifest, ShardEntry, SkillBank, load_scope, read_manifest, shard_file_problems,
-                                   verify_shards)
+from skillbank.memory.bank import Manifest, ShardEntry, SkillBank, load_scope, read_manifest, verify_shards
+from skillbank.memory.shard_files import shard_file_problems
 
 
 @dataclass(frozen=True)
