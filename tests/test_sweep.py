@@ -2,6 +2,7 @@
 (a grid screened on two-stage runs, resumable, selection = the argmax of the printed grid, bad grids refused
 before any work)."""
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from skillbank.continual import runner as runner_mod
 from skillbank.continual.methods import METHODS
 from skillbank.continual.run_dir import build_run_stream
 from skillbank.continual.sweep import SECONDS_PER_REQUEST_EPOCH, expand_grid, plan_sweep, run_sweep, select
-from skillbank.report.sweep import selected_toml
+from skillbank.report.sweep import selected_toml, separation
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -154,8 +155,9 @@ def test_a_sweep_resumes_without_redoing_finished_points_and_selects_the_printed
     # the rate the remaining points are estimated at: those seconds over the trainings' request-epochs
     request_epochs = sum(f["examples"] * f["epochs"] for f in fits if "shared_stage" not in f)
     assert saved["measured"]["request_epochs"] == request_epochs
-    assert saved["measured"]["seconds_per_request_epoch"] == pytest.approx(
-        (saved["measured"]["train_seconds"] + saved["measured"]["eval_seconds"]) / request_epochs, abs=1e-3)
+    assert saved["measured"]["seconds_per_request_epoch"] == pytest.approx(  # up to the rounding of the seconds
+        (saved["measured"]["train_seconds"] + saved["measured"]["eval_seconds"]) / request_epochs,
+        abs=0.1 / request_epochs + 5e-4)
     # the resumed point was estimated at the rate of the stages finished before it, not the built-in guess
     running = [m for m in messages if ": running" in m]
     rates = [float(re.search(r"at ([0-9.]+) s per request-epoch", m).group(1)) for m in running]
@@ -191,6 +193,10 @@ def test_a_sweep_resumes_without_redoing_finished_points_and_selects_the_printed
     saved = json.loads((out / "sweep.json").read_text())
     assert [e["score"] for e in saved["methods"]["lwf"]["points"]] == [18.75, 56.25]
     assert saved["methods"]["lwf"]["points"][1]["retained_first_em"] == 0.375
+    # the score's standard error by hand: per screen the last stage's cells 0.375 and 0.75, n = 2 each,
+    # var = (0.375 * 0.625 / 2 + 0.75 * 0.25 / 2) / 2^2; the two screens averaged
+    per_screen_var = (0.375 * 0.625 / 2 + 0.75 * 0.25 / 2) / 4
+    assert saved["methods"]["lwf"]["points"][1]["score_se"] == round(100 * (2 * per_screen_var) ** 0.5 / 2, 2) == 16.24
     assert (saved["methods"]["sft"]["selected"], saved["methods"]["lwf"]["selected"]) == (0, 1)
     rows = _printed_rows(record)
     assert len(rows) == 4
@@ -204,6 +210,10 @@ def test_a_sweep_resumes_without_redoing_finished_points_and_selects_the_printed
     assert (out / "sweep.md").is_file() and (out / "sweep-curves.png").is_file()
     md = (out / "sweep.md").read_text()
     assert "Selection rule (fixed before running)" in md and "sweep-curves.png" in md
+    lwf_points = saved["methods"]["lwf"]["points"]
+    z = separation(lwf_points[0], lwf_points[1])  # the unselected point, in SEs of the difference
+    assert z == pytest.approx((56.25 - 18.75) / math.hypot(lwf_points[0]["score_se"], lwf_points[1]["score_se"]))
+    assert f"| 18.75 | {lwf_points[0]['score_se']:.2f} | {z:.1f} |" in md
     pasted = tomllib.loads(selected_toml(saved))
     lwf_best = saved["methods"]["lwf"]["points"][saved["methods"]["lwf"]["selected"]]
     assert pasted["method_params"]["lwf"] == {"weight": lwf_best["params"]["weight"]}

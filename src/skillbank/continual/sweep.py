@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 import time
@@ -403,16 +404,33 @@ def point_metrics(odirs: dict[str, Path], method: str, stages: int) -> dict | No
         for t, ev in enumerate(evs, 1):
             for k, m in ev["variants"][variant]["tasks"].items():
                 em.set(t, k, m["graph_em"])
+        last = evs[-1]["variants"][variant]["tasks"]
         per_screen[screen] = {"variant": variant, "em": em.to_dict(), "families": order,
                               "diagonal_em": task_macro(em.diagonal().values()),
                               "retained_first_em": em.cells[stages - 1][0],
                               "seen_em": em.macro(stages),
+                              "seen_n": {k: last[k].get("n") for k in order if k in last},
                               "split": evs[-1].get("split", "test")}
     if any(s["split"] != "validation" for s in per_screen.values()):
         raise ConfigError("a sweep point was evaluated on the test split; sweeps select on validation data only")
     mean = lambda key: sum(s[key] for s in per_screen.values()) / len(per_screen)  # noqa: E731
     return {"screens": per_screen, "diagonal_em": mean("diagonal_em"), "retained_first_em": mean("retained_first_em"),
-            "score": round(100 * mean("seen_em"), 2)}
+            "score": round(100 * mean("seen_em"), 2), "score_se": score_standard_error(per_screen, stages)}
+
+
+def score_standard_error(per_screen: dict, stages: int) -> float | None:
+    """Standard error of the score (percent) from the validation set's size: each cell of the last stage is
+    an EM over ``n`` requests (binomial variance p(1-p)/n), averaged over the seen families and then over the
+    screens. The cells are treated as independent; they are not quite (the screens share a family's validation
+    requests), so this is a guide to which differences a screen this size can resolve, not a test."""
+    var = 0.0
+    for s in per_screen.values():
+        row = s["em"]["cells"][stages - 1]
+        ns = [s.get("seen_n", {}).get(k) for k in s["families"]]
+        if not ns or any(not n for n in ns):
+            return None  # eval files without request counts
+        var += sum(p * (1 - p) / n for p, n in zip(row, ns)) / len(ns) ** 2
+    return round(100 * math.sqrt(var) / len(per_screen), 2)
 
 
 def collect_sweep(cfg: SweepConfig, out: Path, plan: SweepPlan) -> dict:

@@ -23,6 +23,19 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
 
 
+def _se(e: dict) -> str:
+    return "-" if e.get("score_se") is None else f"{e['score_se']:.2f}"
+
+
+def separation(e: dict, chosen: dict) -> float | None:
+    """How many standard errors of the difference separate a point's score from the selected one's (None
+    without standard errors). Below ~2 a screen of this size does not tell the two apart."""
+    if e.get("score_se") is None or chosen.get("score_se") is None:
+        return None
+    se = math.hypot(e["score_se"], chosen["score_se"])
+    return (chosen["score"] - e["score"]) / se if se > 0 else None
+
+
 def _rows(record: dict):
     """(method, point) for every point, in grid order."""
     for method, info in record["methods"].items():
@@ -34,14 +47,14 @@ def sweep_table(record: dict):
     from rich.table import Table
     table = Table(title=f"sweep on validation data, screens {', '.join(record['screens'])} (EM percent)",
                   caption=f"selection rule: {record['rule']}")
-    for col in ("method", "#", "setting", "diagonal EM", "first family after last stage", "score", "selected"):
+    for col in ("method", "#", "setting", "diagonal EM", "first family after last stage", "score", "± SE", "selected"):
         table.add_column(col, justify="left" if col in ("method", "setting") else "right")
     for method, e in _rows(record):
         if not e["finished"]:
-            table.add_row(method, str(e["index"]), e["label"], "-", "-", "unfinished", "")
+            table.add_row(method, str(e["index"]), e["label"], "-", "-", "unfinished", "", "")
             continue
         table.add_row(method, str(e["index"]), e["label"], _pct(e["diagonal_em"]), _pct(e["retained_first_em"]),
-                      f"{e['score']:.2f}", "<- selected" if e["selected"] else "")
+                      f"{e['score']:.2f}", _se(e), "<- selected" if e["selected"] else "")
     return table
 
 
@@ -127,16 +140,23 @@ def write_sweep_report(record: dict, out_dir: str | Path) -> Path:
                   f"(from the stages' train.json and eval.json)"
                   + (f"; {cost['seconds_per_request_epoch']} s per training request-epoch, evaluation included."
                      if cost.get("seconds_per_request_epoch") else "."), ""]
+    lines += ["A score's standard error (± SE) follows from the validation set's size: each family's EM is a share "
+              "of its validation requests (binomial variance), averaged like the score; the cells are treated as "
+              "independent. *SEs from selected*: the selected score minus this one, in standard errors of the "
+              "difference; below 2 the screen does not tell the two settings apart, whatever the rule picked.", ""]
     for method, info in record["methods"].items():
+        chosen = info["points"][info["selected"]] if info.get("selected") is not None else None
         lines += [f"## {method}", "",
-                  "| # | setting | diagonal EM | first family after last stage | score | selected |",
-                  "|---:|---|---:|---:|---:|:---:|"]
+                  "| # | setting | diagonal EM | first family after last stage | score | ± SE | SEs from selected | selected |",
+                  "|---:|---|---:|---:|---:|---:|---:|:---:|"]
         for e in info["points"]:
             if e["finished"]:
+                z = separation(e, chosen) if chosen is not None and not e["selected"] else None
                 lines.append(f"| {e['index']} | {e['label']} | {_pct(e['diagonal_em'])} | {_pct(e['retained_first_em'])} "
-                             f"| {e['score']:.2f} | {'**yes**' if e['selected'] else ''} |")
+                             f"| {e['score']:.2f} | {_se(e)} | {'-' if z is None else f'{z:.1f}'} "
+                             f"| {'**yes**' if e['selected'] else ''} |")
             else:
-                lines.append(f"| {e['index']} | {e['label']} | - | - | unfinished | |")
+                lines.append(f"| {e['index']} | {e['label']} | - | - | unfinished | | | |")
         if not info["complete"]:
             lines += ["", "_Not selected yet: some points are unfinished (rerun the sweep to continue)._"]
         lines.append("")
