@@ -28,7 +28,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from skillbank.config import ConfigError, RunConfig
 from skillbank.continual.run_dir import COMPLETE, build_run_stream, collect_method_order, write_json_atomic
@@ -375,16 +375,28 @@ def _identity(section: str, value):
 
 
 @contextmanager
+def file_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing; the kernel releases it if the process
+    dies). Yields True once held; with ``wait=False`` yields False at once when another process holds it."""
+    import fcntl
+    with open(path, "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextmanager
 def run_dir_lock(out: Path):
     """Serialises read-modify-write of a run directory's shared files (config.json, results.json): several
     ``skillbank run --method M --order O`` processes may fill one run directory at the same time."""
-    import fcntl
-    with open(out / ".lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with file_lock(out / ".lock"):
+        yield
 
 
 def run(cfg: RunConfig, out_dir: str | Path, *, say: Say | None = None, progress: bool = True,

@@ -361,21 +361,13 @@ def run_sweep(cfg: SweepConfig, out_dir: str | Path, *, say: Say | None = None, 
 
 @contextmanager
 def point_claim(pdir: Path, *, wait: bool) -> Iterator[bool]:
-    """Hold the grid point's claim (an flock on ``<point>/.claim``, released by the kernel if the process
+    """Hold the grid point's claim (a lock on ``<point>/.claim``, released by the kernel if the process
     dies) while running it. Yields False, without waiting, when another process holds it and ``wait`` is
     False."""
-    import fcntl
+    from skillbank.continual.runner import file_lock
     pdir.mkdir(parents=True, exist_ok=True)
-    with open(pdir / ".claim", "w") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with file_lock(pdir / ".claim", wait=wait) as held:
+        yield held
 
 
 def write_sweep_json(out: Path, record: dict) -> Path:
