@@ -33,7 +33,7 @@ from skillbank.errors import BankError, RecordError
 from skillbank.jsonfile import read_json
 from skillbank.memory.address import HashingNBAddress, Selector, load_selector, make_selector
 from skillbank.memory.scope import ScopeDetector, catalog_text
-from skillbank.memory.shard_files import dir_digests, file_digest, shard_file_problems
+from skillbank.memory.shard_files import dir_digests, shard_file_problems
 
 BANK_FORMAT = 1
 MANIFEST = "bank.json"
@@ -612,9 +612,9 @@ class SkillBank:
         if family in self.shard_names:
             raise BankError(f"family {family!r} is already in the bank; import it under another name (--name)")
         shard_dir = path / "shard"
-        for fname, digest in entry.digests.items():
-            if not (shard_dir / fname).is_file() or file_digest(shard_dir / fname) != digest:
-                raise BankError(f"{path}: shard file {fname} is missing or does not match its digest")
+        problems = shard_file_problems(entry.name, shard_dir, entry.digests)
+        if problems:
+            raise BankError(f"{path} is not an intact family export: " + "; ".join(problems))
         owned = {s: e.name for e in self.manifest.shards for s in e.skills}
         clash = sorted(s for s in entry.skills if s in owned)
         if clash:
