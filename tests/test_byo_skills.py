@@ -207,3 +207,31 @@ def test_import_skillbank_stays_light():
             "assert not heavy, heavy; from skillbank import SkillBank, Catalog, validate_records; "
             "assert SkillBank.__module__ == 'skillbank.memory.bank'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_killed_learn_continues_from_its_checkpoint(tmp_path, tiny_model_dir, in_repo, monkeypatch):
+    from skillbank.memory.bank import bank_info
+    from skillbank.train.checkpoint import FitCheckpoint
+
+    args = ["--family", "home_energy", "--data", EXAMPLE / "records.jsonl", "--catalog", EXAMPLE / "tools.json",
+            "--base", tiny_model_dir, "--epochs", 2, "--checkpoint-minutes", 1e-9]
+    clean, killed = tmp_path / "clean", tmp_path / "killed"
+    assert invoke(["learn", clean, *args]).exit_code == 0
+    real_save = FitCheckpoint.save
+
+    def dying_save(self, state):
+        real_save(self, state)
+        if state["step"] == 5:
+            raise KeyboardInterrupt("killed during training")
+
+    monkeypatch.setattr(FitCheckpoint, "save", dying_save)
+    r = invoke(["learn", killed, *args])
+    checkpoint = killed / "checkpoints" / "home_energy.fit.pt"
+    assert r.exit_code == 130 and f"the training so far is in {checkpoint}; run the same command again" in r.output
+    assert checkpoint.is_file() and bank_info(killed)["shards"] == []  # nothing published by the killed learn
+    monkeypatch.setattr(FitCheckpoint, "save", real_save)
+    r = invoke(["learn", killed, *args])
+    assert r.exit_code == 0 and f"fit checkpoint {checkpoint}: continuing this training after step 5" in r.output
+    assert not checkpoint.exists()
+    (want,), (got,) = (json.loads((b / "bank.json").read_text())["shards"] for b in (clean, killed))
+    assert got["digests"]["adapter_model.safetensors"] == want["digests"]["adapter_model.safetensors"]  # byte for byte

@@ -390,3 +390,35 @@ def test_runs_saved_before_the_validation_split_existed_resume(tmp_path, tiny_mo
         run(tiny_config(tiny_model_dir, ["base-oracle-fields"], stream={
             "source": "builtin", "train_per_family": 4, "test_per_family": 2, "validation_per_family": 1}),
             tmp_path / "r", progress=False, report=False)
+
+
+@pytest.mark.parametrize("method", ["sft", "olora", "fsm"])  # one adapter, stacked adapters, a bank's shard
+def test_a_kill_inside_a_stages_training_continues_from_its_checkpoint(tmp_path, tiny_model_dir, monkeypatch,
+                                                                       capsys, method):
+    from skillbank.train.checkpoint import FitCheckpoint
+
+    # 4 requests in batches of 2 for 3 epochs: 6 optimizer steps per stage; a checkpoint after every step
+    extra = {"train": {"epochs": 3, "batch_size": 2, "rank": 4, "alpha": 8, "target_format": "compact"},
+             "runner": {"checkpoint_minutes": 1e-9}}
+    cfg = tiny_config(tiny_model_dir, [method], **extra)
+    clean = run(cfg, tmp_path / "clean", progress=False)
+    assert not list((tmp_path / "clean").rglob("fit-checkpoint.pt"))  # removed when each training finished
+
+    real_save = FitCheckpoint.save
+
+    def dying_save(self, state):
+        real_save(self, state)
+        if self.path.parent.name == "stage-02" and state["step"] == 4:  # inside stage 2's second epoch
+            raise KeyboardInterrupt("killed inside stage 2's training")
+
+    monkeypatch.setattr(FitCheckpoint, "save", dying_save)
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, tmp_path / "resumed", progress=False)
+    checkpoint = tmp_path / "resumed" / "methods" / method / ORDER / "stage-02" / "fit-checkpoint.pt"
+    assert checkpoint.is_file()
+    monkeypatch.setattr(FitCheckpoint, "save", real_save)
+    capsys.readouterr()
+    resumed = run(cfg, tmp_path / "resumed", progress=False)
+    assert f"fit checkpoint {checkpoint}: continuing this training after step 4" in capsys.readouterr().err
+    assert not checkpoint.exists()
+    assert _results_without_timing(resumed) == _results_without_timing(clean)

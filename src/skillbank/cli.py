@@ -467,11 +467,15 @@ def learn(
                                "'small-cpu' (compact targets, lr 2e-3, 3 epochs: what a ~135M base on a CPU needs)."),
     base: str = typer.Option("embedded", help="Base model when the bank does not exist yet."),
     skip_invalid: bool = typer.Option(False, help="Skip bad record lines (and report them) instead of stopping."),
+    checkpoint_minutes: float = typer.Option(10.0, min=0, help="Write the training's state this often into "
+                                             "BANK/checkpoints/ (0: never); rerunning a killed learn with the same "
+                                             "arguments continues from it."),
 ):
     """Learn a new skill family: train a fresh LoRA on its records only, freeze it, update the Address Memory.
 
     Records, catalog and bank are checked first (the checks of `skillbank validate`, each record's family
-    against --family included): a bad line stops it before any model is loaded or directory created."""
+    against --family included): a bad line stops it before any model is loaded or directory created. A learn
+    killed during training continues from its last checkpoint when the same command is run again."""
     from skillbank.data.catalog import Catalog
     from skillbank.data.records import validate_records
     from skillbank.errors import RecordError
@@ -498,7 +502,19 @@ def learn(
         err.print(f"recipe {recipe} (--recipe)", markup=False, highlight=False)
     cfg = _train_config(config, epochs, target_format, recipe)
     sb = SkillBank.open(bank) if bank_base is not None else SkillBank.create(bank, base_config=BaseModelConfig(name=base))
-    entry = sb.learn(family, v.records, cfg, catalog=cat)
+    checkpoint = None
+    if checkpoint_minutes > 0:
+        from skillbank.train.checkpoint import FitCheckpoint
+        checkpoint = FitCheckpoint(Path(bank) / "checkpoints" / f"{family}.fit.pt", every_seconds=60 * checkpoint_minutes)
+    try:
+        entry = sb.learn(family, v.records, cfg, catalog=cat, checkpoint=checkpoint)
+    except KeyboardInterrupt:
+        if checkpoint is not None and checkpoint.path.is_file():
+            err.print(f"interrupted: the training so far is in {checkpoint.path}; run the same command again to "
+                      "continue from it", markup=False, highlight=False, soft_wrap=True)
+        else:
+            err.print("interrupted before any checkpoint was written: nothing learned", markup=False, highlight=False)
+        raise typer.Exit(130)
     t = entry.training
     err.print(f"learned {family}: shard {entry.dir}, {len(entry.skills)} skills, {t['examples']} examples, "
               f"{t['wall_seconds']:.0f} s, {t['tokens_per_second']:.0f} tokens/s, final loss {t['final_loss']:.3f}")

@@ -115,6 +115,9 @@ class RunnerSettings(_Strict):
     parallel_stages: int = Field(1, ge=1, description="FSM: train this many stages at once in worker processes "
                                                        "(its executors are independent given their data)")
     keep_states: bool = Field(False, description="keep every stage's method state (adapters) instead of the last")
+    checkpoint_minutes: float = Field(10.0, ge=0, description="write a checkpoint inside each stage's training this "
+                                                              "often, so a killed process continues the stage where "
+                                                              "it stopped (0: off); not part of a run's identity")
 
 
 class SweepSettings(_Strict):

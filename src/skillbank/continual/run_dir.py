@@ -26,6 +26,7 @@ from skillbank.data.stream import Stream
 from skillbank.metrics import AccuracyMatrix, task_macro
 
 COMPLETE = "COMPLETE"  # written last into a stage's state directory: the state is whole
+FIT_CHECKPOINT = "fit-checkpoint.pt"  # inside a stage directory while its training runs (train/checkpoint.py)
 
 
 # -- the stream ----------------------------------------------------------------------------------

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from skillbank.config import ConfigError, RunConfig
-from skillbank.continual.run_dir import COMPLETE, build_run_stream, collect_method_order, write_json_atomic
+from skillbank.continual.run_dir import (COMPLETE, FIT_CHECKPOINT, build_run_stream, collect_method_order,
+                                         write_json_atomic)
 from skillbank.continual.run_dir import stage_dir as _stage_dir
 from skillbank.continual.stage_cache import StageCache
 from skillbank.data.records import Record
@@ -240,7 +241,11 @@ def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrain
     ctx = MethodContext(base=base, train=cfg.train_config_for(method_name), stream=stream, order_name=order_name,
                         order=order, workdir=mdir, progress=rc.progress and main, say=say,
                         extras={"address": cfg.address.model_dump(), "pretrained": pretrained or {},
-                                "stage_cache": StageCache(rc.stage_cache) if rc.stage_cache else None})
+                                "stage_cache": StageCache(rc.stage_cache) if rc.stage_cache else None},
+                        # a process killed inside a stage's training continues it from here (train/checkpoint.py)
+                        checkpoint_path=(lambda t: _stage_dir(odir, t) / FIT_CHECKPOINT)
+                        if cfg.runner.checkpoint_minutes > 0 else None,
+                        checkpoint_seconds=60 * cfg.runner.checkpoint_minutes)
     method = cls(ctx, cfg.method_params_for(method_name))
     shared = rc.stage_cache / "outputs.jsonl" if rc.stage_cache and cls.first_stage_group else None
     cache = OutputCache(mdir / "outputs.jsonl", cfg.eval.batch_size, cfg.eval.max_new_tokens,

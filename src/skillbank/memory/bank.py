@@ -240,7 +240,7 @@ class SkillBank:
     # -- write -------------------------------------------------------------------------------
     def learn(self, family: str, records: Sequence[Record] | Sequence[dict] | str | Path, train_config=None, *,
               skills: Sequence[str] | None = None, catalog=None, progress: bool = True,
-              pretrained: str | Path | None = None) -> ShardEntry:
+              pretrained: str | Path | None = None, checkpoint=None) -> ShardEntry:
         """Train a fresh LoRA on ``records`` only, freeze it, append it, update the Address Memory.
 
         records: Record objects (taken as they are: already validated when they were read), or dicts in
@@ -257,6 +257,9 @@ class SkillBank:
         pretrained: a directory with this family's adapter already trained on ``records`` with
             ``train_config`` by another process (parallel stages); it is loaded instead of trained, after
             checking that its recorded recipe matches.
+        checkpoint: a :class:`~skillbank.train.checkpoint.FitCheckpoint` kept outside the bank: the training
+            writes its state there every few minutes, and a learn of the same family on the same records after
+            a kill continues from it.
         train_config: a :class:`~skillbank.train.executor.TrainConfig`; default: the recipe that suits the
             bank's base (:func:`skillbank.train.recipes.recipe_for_base`: small-cpu under 1B parameters).
         """
@@ -266,7 +269,8 @@ class SkillBank:
         catalog, records, declared = self._family_inputs(family, records, catalog, skills)
         cfg = train_config or self.default_train_config()
         specs = [catalog.skills[s].to_dict() for s in declared if s in catalog.skills] if catalog else []
-        return self._publish_shard(family, records, cfg, declared, specs, progress=progress, pretrained=pretrained)
+        return self._publish_shard(family, records, cfg, declared, specs, progress=progress, pretrained=pretrained,
+                                   checkpoint=checkpoint)
 
     def _family_inputs(self, family: str, records, catalog, skills, *, replacing: bool = False):
         """(catalog, records, declared skill ids) of a family to learn, checked: records as Records (files and
@@ -308,7 +312,7 @@ class SkillBank:
 
     def _publish_shard(self, family: str, records: Sequence[Record] | None, cfg, declared: list[str], specs: list[dict],
                        *, progress: bool = True, pretrained: str | Path | None = None, replace: bool = False,
-                       imported: dict | None = None) -> ShardEntry:
+                       imported: dict | None = None, checkpoint=None) -> ShardEntry:
         """Stage a shard (trained on ``records``, loaded from ``pretrained``, or copied by ``imported``), the
         Address Memory with it, then publish both with one atomic manifest write.
 
@@ -340,7 +344,8 @@ class SkillBank:
                         raise BankError(f"{pretrained} was trained with another recipe or family prefix than this "
                                         "learn step's; retrain it")
                 else:
-                    summary = self.execution.train_shard(family, records, cfg, family_prefix=prefix, progress=progress)
+                    summary = self.execution.train_shard(family, records, cfg, family_prefix=prefix, progress=progress,
+                                                         checkpoint=checkpoint)
                 self.execution.save_shard(family, staging)
                 (staging / "skills.json").write_text(json.dumps(
                     {"family": family, "skills": declared, "specs": specs}, indent=1, ensure_ascii=False) + "\n")

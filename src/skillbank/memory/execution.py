@@ -132,11 +132,13 @@ class ExecutionMemory:
         for key in [k for k in self._grammars if k[0] == name]:
             del self._grammars[key]
 
-    def train_shard(self, name: str, records, cfg, *, family_prefix: str, progress: bool = True) -> dict:
-        """Train a fresh adapter ``name`` on ``records`` only; it stays in memory, frozen. Returns the summary."""
+    def train_shard(self, name: str, records, cfg, *, family_prefix: str, progress: bool = True,
+                    checkpoint=None) -> dict:
+        """Train a fresh adapter ``name`` on ``records`` only; it stays in memory, frozen. Returns the summary.
+        checkpoint: a :class:`~skillbank.train.checkpoint.FitCheckpoint` to continue a killed training from."""
         from skillbank.train.executor import train_executor
         _, summary = train_executor(self.base, records, cfg, adapter_name=name, family_prefix=family_prefix,
-                                    progress=progress)
+                                    progress=progress, checkpoint=checkpoint)
         self.resident[name] = None  # in memory now; counted against max_resident once registered
         return summary.to_dict()
 

@@ -196,13 +196,14 @@ def top_layers(num_layers: int, count: int) -> tuple[int, ...]:
 
 # -- training --------------------------------------------------------------------------------------
 def train_executor(base: LoadedBase, records: Sequence[Record], cfg: TrainConfig | None = None, *,
-                   adapter_name: str, family_prefix: str | None = None, progress: bool = True):
+                   adapter_name: str, family_prefix: str | None = None, progress: bool = True, checkpoint=None):
     """Train a fresh LoRA adapter ``adapter_name`` on ``records`` and return ``(peft_model, TrainSummary)``.
 
     The adapter is added to ``base`` (``base.peft`` is the PeftModel holding every adapter), trained with
     AdamW + linear warm-up/decay, then frozen and left active in eval mode. ``family_prefix`` is the
     skill-id prefix the compact format strips (default: the longest ``::`` prefix shared by the records'
-    skills); it is returned in the summary because decoding needs it.
+    skills); it is returned in the summary because decoding needs it. ``checkpoint``: see
+    :func:`~skillbank.train.loop.fit` (a killed training continues from it).
     """
     cfg = cfg or TrainConfig()
     records = list(records)
@@ -216,7 +217,7 @@ def train_executor(base: LoadedBase, records: Sequence[Record], cfg: TrainConfig
     examples, dropped = build_examples(base, records, cfg, family_prefix)
     peft_model = add_lora(base, adapter_name, cfg)
     try:
-        result = fit(base, examples, cfg, adapter=adapter_name, seed=cfg.seed, progress=progress)
+        result = fit(base, examples, cfg, adapter=adapter_name, seed=cfg.seed, progress=progress, checkpoint=checkpoint)
     except BaseException:
         base.remove_adapter(adapter_name)  # never leave a half-trained adapter behind
         raise

@@ -34,6 +34,7 @@ import torch
 from skillbank.errors import ModelError
 from skillbank.model.base import LoadedBase, bf16_is_fast, freeze_all
 from skillbank.model.prompts import IGNORE_INDEX, Example
+from skillbank.train.checkpoint import FitCheckpoint, fit_fingerprint, python_rng_state, set_python_rng_state
 
 __all__ = ["LossTerm", "StepContext", "FitResult", "fit", "target_logits", "target_loss", "collate",
            "length_grouped_batches", "resolve_precision", "adapter_parameters", "swapped_adapters"]
@@ -200,7 +201,7 @@ def _downsample(values: list[float], points: int = 200) -> list[float]:
 # -- the loop ----------------------------------------------------------------------------------
 def fit(base: LoadedBase, examples: Sequence[Example], cfg, *, adapter: str, active: Optional[Sequence[str]] = None,
         terms: Sequence[LossTerm] = (), on_step: Optional[Callable[[int], None]] = None, seed: int | None = None,
-        progress: bool = True, desc: str | None = None) -> FitResult:
+        progress: bool = True, desc: str | None = None, checkpoint: "FitCheckpoint | None" = None) -> FitResult:
     """Train adapter ``adapter`` (already added to ``base``) on ``examples`` with ``cfg`` (a TrainConfig).
 
     active: adapters in the forward pass (default: just ``adapter``); only ``adapter`` trains.
@@ -208,6 +209,9 @@ def fit(base: LoadedBase, examples: Sequence[Example], cfg, *, adapter: str, act
     on_step: called after every optimizer step with the number of steps done (model back in train mode
         afterwards; a callback that evaluates must itself switch to eval and back).
     seed: batch order and dropout (default ``cfg.seed``).
+    checkpoint: a :class:`~skillbank.train.checkpoint.FitCheckpoint`: the training writes its state there
+        every few minutes and, when a checkpoint of this same training is there already, continues from
+        it (same result as an uninterrupted run); the file is removed at the end.
     A fresh AdamW with linear warm-up/decay is used; at the end every parameter is frozen again, the
     model is in eval mode and ``active`` is left active.
     """
@@ -249,21 +253,51 @@ def fit(base: LoadedBase, examples: Sequence[Example], cfg, *, adapter: str, act
     lm = peft_model.get_base_model()
     lengths = [len(e.input_ids) for e in examples]
 
-    bar = None
-    if progress and accelerator.is_main_process:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=total_steps, desc=desc or f"train {adapter}", unit="step", file=sys.stderr,
-                   dynamic_ncols=True, leave=True)
     curve: list[float] = []
     term_sums = {t.name: 0.0 for t in terms}
     tokens = target_tokens = padded = 0
     step = 0
-    t0 = time.perf_counter()
+    start_epoch, start_batch, done_seconds = 0, 0, 0.0
+    resume_rng = None
+    fingerprint = None
+    if checkpoint is not None:
+        fingerprint = fit_fingerprint(adapter=adapter, active=active, train_config=cfg.to_dict(), seed=seed,
+                                      world=world, examples=examples, start_weights=named,
+                                      terms=[t.name for t in terms])
+        saved = checkpoint.load(fingerprint)
+        if saved is not None:
+            with torch.no_grad():
+                for n, p in named.items():
+                    p.copy_(saved["weights"][n])
+            optimizer.load_state_dict(saved["optimizer"])
+            scheduler.load_state_dict(saved["scheduler"])
+            torch.set_rng_state(saved["torch_rng"])
+            if torch.cuda.is_available() and "cuda_rng" in saved:
+                torch.cuda.set_rng_state_all(saved["cuda_rng"])
+            step, start_epoch, start_batch = saved["step"], saved["epoch"], saved["next_batch"]
+            resume_rng = saved["epoch_rng"]
+            curve = list(saved["curve"])
+            term_sums.update(saved["term_sums"])
+            tokens, target_tokens, padded = saved["tokens"], saved["target_tokens"], saved["padded"]
+            done_seconds = float(saved["seconds"])
+
+    bar = None
+    if progress and accelerator.is_main_process:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=total_steps, initial=step, desc=desc or f"train {adapter}", unit="step", file=sys.stderr,
+                   dynamic_ncols=True, leave=True)
+    t0 = time.perf_counter() - done_seconds
     peft_model.train()
     try:
         for epoch in range(cfg.epochs):
+            if epoch < start_epoch:  # finished before the checkpoint (whose generator state is that of its epoch)
+                continue
+            if epoch == start_epoch and resume_rng is not None:
+                set_python_rng_state(rng, resume_rng)
+            epoch_rng = python_rng_state(rng)
             batches = length_grouped_batches(lengths, cfg.batch_size, rng)
-            for k in range(0, len(batches), group_size):
+            first = start_batch if epoch == start_epoch else 0
+            for k in range(first, len(batches), group_size):
                 group = batches[k:k + group_size]
                 mine = group[rank::world]
                 step_loss = 0.0
@@ -299,11 +333,22 @@ def fit(base: LoadedBase, examples: Sequence[Example], cfg, *, adapter: str, act
                     rate = tokens * world / max(time.perf_counter() - t0, 1e-9)
                     bar.set_postfix(epoch=f"{epoch + 1}/{cfg.epochs}", loss=f"{step_loss:.4f}", tok_s=f"{rate:.0f}")
                     bar.update(1)
+                if checkpoint is not None and step < total_steps and checkpoint.due() and accelerator.is_main_process:
+                    checkpoint.save({
+                        "fingerprint": fingerprint, "weights": {n: p.detach().clone() for n, p in named.items()},
+                        "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                        "torch_rng": torch.get_rng_state(),
+                        **({"cuda_rng": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {}),
+                        "step": step, "epoch": epoch, "next_batch": k + group_size, "epoch_rng": epoch_rng,
+                        "curve": curve, "term_sums": term_sums, "tokens": tokens, "target_tokens": target_tokens,
+                        "padded": padded, "seconds": time.perf_counter() - t0})
                 if on_step is not None:
                     on_step(step)
                     peft_model.train()
                     for p in params:
                         p.requires_grad_(True)
+        if checkpoint is not None and accelerator.is_main_process:
+            checkpoint.remove()
     finally:
         if bar is not None:
             bar.close()

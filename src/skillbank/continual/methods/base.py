@@ -29,6 +29,7 @@ from skillbank.data.records import Record
 from skillbank.data.stream import Stream
 from skillbank.model.base import LoadedBase, tensors_digest
 from skillbank.model.prompts import render_prompt
+from skillbank.train.checkpoint import FitCheckpoint
 from skillbank.train.executor import TrainConfig, build_examples, common_prefix
 
 Say = Callable[[str], None]
@@ -88,10 +89,19 @@ class MethodContext:
     progress: bool = True
     say: Optional[Say] = None
     extras: dict = field(default_factory=dict)
+    #: stage t -> where that stage's training keeps its checkpoint (None: no checkpoints)
+    checkpoint_path: Optional[Callable[[int], Path]] = None
+    checkpoint_seconds: float = 600.0
 
     def log(self, message: str) -> None:
         if self.say:
             self.say(message)
+
+    def fit_checkpoint(self, t: int) -> Optional[FitCheckpoint]:
+        """The checkpoint of stage ``t``'s training, for :func:`~skillbank.train.loop.fit` (None: none)."""
+        if self.checkpoint_path is None:
+            return None
+        return FitCheckpoint(self.checkpoint_path(t), every_seconds=self.checkpoint_seconds)
 
 
 def address_hint(skill_ids: Sequence[str]) -> str:

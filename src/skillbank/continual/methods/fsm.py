@@ -45,7 +45,8 @@ class FSM(Method):
         if not reused:
             pretrained = self.ctx.extras.get("pretrained", {}).get(family)
             self.bank.learn(family, records, self.ctx.train, catalog=self.ctx.stream.catalog,
-                            progress=self.ctx.progress, pretrained=pretrained)
+                            progress=self.ctx.progress, pretrained=pretrained,
+                            checkpoint=self.ctx.fit_checkpoint(t))
         self.address.partial_fit([r.request for r in records], family)
         entry = next(e for e in self.bank.manifest.shards if e.name == family)
         summary = dict(entry.training)

@@ -102,7 +102,8 @@ class SequentialSFT(Method):
                 self.base.activate([ADAPTER])
                 return FitResult(**cache.fit_result(key)), key
         result = fit(self.base, examples, cfg, adapter=ADAPTER, terms=terms, seed=cfg.seed + t, on_step=self.on_step,
-                     progress=self.ctx.progress, desc=f"{self.name} stage {t} {family}")
+                     progress=self.ctx.progress, desc=f"{self.name} stage {t} {family}",
+                     checkpoint=self.ctx.fit_checkpoint(t))
         if key is not None:
             cache.store(key, lambda d: self.base.save_adapter(ADAPTER, d / ADAPTER), result)
         return result, None

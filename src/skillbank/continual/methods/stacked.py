@@ -66,7 +66,7 @@ class StackedLoRA(Method):
         examples, dropped = self.examples(records, self.stream_prefix)
         result = fit(self.base, examples, cfg, adapter=name, active=self.adapters + [name],
                      terms=self.loss_terms(t), seed=cfg.seed + t, progress=self.ctx.progress,
-                     desc=f"{self.name} stage {t} {family}")
+                     desc=f"{self.name} stage {t} {family}", checkpoint=self.ctx.fit_checkpoint(t))
         self.stages = t
         self._refresh_state()
         return summarize(name, examples, dropped, cfg, result, self.stream_prefix).to_dict()
