@@ -62,4 +62,23 @@ def test_compare_config_runs_every_registered_method():
     from skillbank.continual.methods.registry import method_names
     cfg = RunConfig.from_toml(Path(__file__).resolve().parents[1] / "configs" / "compare.toml")
     assert cfg.methods == [m for m in method_names() if m != "stacked"]
-    assert cfg.method_params_for("lwf").t_squared is False and cfg.method_params_for("replay").per_stage == 100
+    assert cfg.method_params_for("lwf").t_squared is False
+
+
+def test_compare_config_carries_the_committed_sweeps_selection():
+    """configs/compare.toml runs each baseline with the values results/sweep selected on validation data: its
+    own hyperparameters under [method_params] and its tuned [train] fields under [method_train]."""
+    import json
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    cfg = RunConfig.from_toml(root / "configs" / "compare.toml")
+    sweep = json.loads((root / "results" / "sweep" / "sweep.json").read_text())
+    checked = []
+    for method, result in sweep["methods"].items():
+        (point,) = [p for p in result["points"] if p["selected"]]
+        params = cfg.method_params_for(method).model_dump()
+        assert {k: params[k] for k in point["params"]} == point["params"], method
+        assert {k: cfg.train_config_for(method).to_dict()[k] for k in point["train"]} == point["train"], method
+        assert cfg.method_train.get(method, {}) == point["train"], method
+        checked.append(method)
+    assert sorted(checked) == ["ewc", "lwf", "olora", "replay", "sft"]

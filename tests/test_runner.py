@@ -422,3 +422,34 @@ def test_a_kill_inside_a_stages_training_continues_from_its_checkpoint(tmp_path,
     assert f"fit checkpoint {checkpoint}: continuing this training after step 4" in capsys.readouterr().err
     assert not checkpoint.exists()
     assert _results_without_timing(resumed) == _results_without_timing(clean)
+
+
+def test_run_one_method_of_a_config_that_tunes_several(tmp_path, monkeypatch):
+    """`skillbank run --method sft` on configs/compare.toml, as scripts/compare.sh runs it: the other methods'
+    [method_params] and [method_train] blocks are left out, not refused; a config error keeps its [section]."""
+    from pathlib import Path
+    from typer.testing import CliRunner
+    from skillbank.cli import app
+
+    compare = Path(__file__).resolve().parents[1] / "configs" / "compare.toml"
+    started = []
+
+    class Started(Exception):
+        pass
+
+    def fake_run(cfg, out, **kwargs):
+        started.append(cfg)
+        raise Started
+
+    monkeypatch.setattr(runner_mod, "run", fake_run)
+    r = CliRunner().invoke(app, ["run", "--config", str(compare), "--out", str(tmp_path / "c"), "--method", "lwf",
+                                 "--order", "O2", "--no-report"])
+    assert isinstance(r.exception, Started), r.output
+    (cfg,) = started
+    assert cfg.methods == ["lwf"] and cfg.eval.orders == ["O2"] and list(cfg.method_train) == ["lwf"]
+    assert cfg.method_params_for("lwf").weight == RunConfig.from_toml(compare).method_params_for("lwf").weight
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('methods = ["sft"]\n[method_train.lwf]\nlr = 1e-3\n')
+    r = CliRunner().invoke(app, ["run", "--config", str(bad), "--out", str(tmp_path / "b")])
+    assert r.exit_code == 2 and "[method_train] names method(s) ['lwf']" in " ".join(r.output.split())

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 import typer
+from rich.markup import escape
 from rich.console import Console
 from rich.table import Table
 
@@ -55,7 +56,8 @@ def friendly_errors(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except SkillbankError as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            # escaped: messages name config sections such as [method_train], which rich would take for markup
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
     return wrapper
 
@@ -900,7 +902,9 @@ def _run(config_path: Path, out_dir: Path, methods: list[str] | None = None, ord
     update: dict = {}
     if methods:
         update["methods"] = methods
+        # the other methods' settings stay in the config file: one process per method is the usual way to run it
         update["method_params"] = {k: v for k, v in cfg.method_params.items() if k in methods}
+        update["method_train"] = {k: v for k, v in cfg.method_train.items() if k in methods}
     if orders:
         update["eval"] = cfg.eval.model_copy(update={"orders": orders})
     if parallel_stages:
