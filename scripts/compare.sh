@@ -3,10 +3,10 @@
 # processes into one run directory: FSM (both orders in one process, since they share one bank), every
 # other method once per order, and `skillbank diagnose`. At most JOBS processes run at once; on a GPU a
 # 135M model leaves the device mostly idle, so many can overlap, while on a CPU use one per core with
-# one torch thread each (the config's [base] threads). Every run is resumable: rerunning the script
+# one torch thread each (THREADS=1, or the config's [base] threads). Every run is resumable: rerunning the script
 # skips finished stages, so a comparison too long for one sitting is finished by running it again.
 #
-#   JOBS=2 CONFIG=my.toml scripts/compare.sh RUN_DIR [DEADLINE_SECONDS]
+#   JOBS=2 THREADS=1 CONFIG=my.toml scripts/compare.sh RUN_DIR [DEADLINE_SECONDS]
 #
 # Jobs start in the order listed in JOB_ORDER (default: FSM, then the config's other methods in its order,
 # then the diagnostics), each method's two orders next to each other so that partial results stay
@@ -21,6 +21,7 @@ CONFIG=${CONFIG:-configs/compare.toml}
 JOBS=${JOBS:-32}
 PY=${PYTHON:-python3}
 FSM_PARALLEL=${FSM_PARALLEL:-5}
+THREADS_ARG=${THREADS:+--threads $THREADS}   # torch threads per training process (not part of the run's identity)
 # Default: the config's methods, FSM first (its parallel stages use the machine best early), then diagnose.
 JOB_ORDER=${JOB_ORDER:-$($PY -c "
 from skillbank.config import RunConfig
@@ -34,10 +35,10 @@ $PY -c "from skillbank.model.base import ensure_embedded; ensure_embedded()" || 
 jobs_list=()
 for m in $JOB_ORDER; do
   case $m in
-    fsm) jobs_list+=("fsm|run --config $CONFIG --out $RUN --method fsm --parallel-stages $FSM_PARALLEL --no-report") ;;
+    fsm) jobs_list+=("fsm|run --config $CONFIG --out $RUN --method fsm --parallel-stages $FSM_PARALLEL --no-report $THREADS_ARG") ;;
     diagnose) jobs_list+=("diagnose|diagnose --config $CONFIG --out $RUN") ;;
     *) for o in O1 O2; do
-         jobs_list+=("$m-$o|run --config $CONFIG --out $RUN --method $m --order $o --no-report")
+         jobs_list+=("$m-$o|run --config $CONFIG --out $RUN --method $m --order $o --no-report $THREADS_ARG")
        done ;;
   esac
 done

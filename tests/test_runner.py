@@ -443,10 +443,11 @@ def test_run_one_method_of_a_config_that_tunes_several(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner_mod, "run", fake_run)
     r = CliRunner().invoke(app, ["run", "--config", str(compare), "--out", str(tmp_path / "c"), "--method", "lwf",
-                                 "--order", "O2", "--no-report"])
+                                 "--order", "O2", "--no-report", "--threads", "1"])
     assert isinstance(r.exception, Started), r.output
     (cfg,) = started
     assert cfg.methods == ["lwf"] and cfg.eval.orders == ["O2"] and list(cfg.method_train) == ["lwf"]
+    assert cfg.base.threads == 1  # compare.sh's THREADS=1, without a copy of the config
     assert cfg.method_params_for("lwf").weight == RunConfig.from_toml(compare).method_params_for("lwf").weight
 
     bad = tmp_path / "bad.toml"

@@ -895,7 +895,8 @@ def export_vllm(
 
 
 def _run(config_path: Path, out_dir: Path, methods: list[str] | None = None, orders: list[str] | None = None,
-         restart: bool = False, parallel_stages: int | None = None, report: bool = True) -> None:
+         restart: bool = False, parallel_stages: int | None = None, report: bool = True,
+         threads: int | None = None) -> None:
     from skillbank.config import RunConfig
     from skillbank.continual.runner import run as run_all
     cfg = RunConfig.from_toml(config_path)
@@ -909,6 +910,8 @@ def _run(config_path: Path, out_dir: Path, methods: list[str] | None = None, ord
         update["eval"] = cfg.eval.model_copy(update={"orders": orders})
     if parallel_stages:
         update["runner"] = cfg.runner.model_copy(update={"parallel_stages": parallel_stages})
+    if threads is not None:
+        update["base"] = cfg.base.model_copy(update={"threads": threads})
     if update:
         cfg = RunConfig.from_dict({**cfg.model_dump(), **{k: (v.model_dump() if hasattr(v, "model_dump") else v)
                                                            for k, v in update.items()}}, where=str(config_path))
@@ -946,12 +949,14 @@ def run(config: Path = typer.Option(..., help="Run configuration (TOML), e.g. co
         restart: bool = typer.Option(False, help="Discard what the output directory holds and start over."),
         parallel_stages: Optional[int] = typer.Option(None, help="FSM: train this many stages in parallel processes."),
         write_report: bool = typer.Option(True, "--report/--no-report", help="Render the report at the end (off "
-                                          "when several processes fill one run directory: run `skillbank report` once).")):
+                                          "when several processes fill one run directory: run `skillbank report` once)."),
+        threads: Optional[int] = typer.Option(None, min=1, help="Torch threads for this process (overrides \\[base] "
+                                              "threads; not part of a run's identity).")):
     """Train methods over a benchmark stream, evaluate every prefix, write results and a report.
 
     An interrupted run continues from its last finished stage when rerun with the same --out. Under
     `accelerate launch -m skillbank run ...` training uses every process's GPU."""
-    _run(config, out_dir, method, order, restart, parallel_stages, write_report)
+    _run(config, out_dir, method, order, restart, parallel_stages, write_report, threads)
 
 
 @app.command()
