@@ -186,3 +186,13 @@ def test_truncated_graph_reports_truncation_not_inner_fragment():
 def test_node_references():
     n = Node(C, (Argument("content", "<node-0>"), Argument("email_address", "x")))
     assert n.references() == [0]
+
+
+def test_canonical_dag_keeps_a_dangling_reference_of_a_generated_graph():
+    """A model can write <node-1> in a one-node graph; scoring it must not crash (the comparison did)."""
+    from skillbank.metrics import score_example
+    pred = TaskGraph((Node("a", (Argument("x", "<node-1>"),)),), ())  # as decoded, before any validation
+    assert pred.canonical_dag().nodes[0].arguments[0].value == "<node-1>"
+    gold = TaskGraph.from_dict({"task_nodes": [{"task": "a", "arguments": [{"name": "x", "value": "v"}]}],
+                                "task_links": []})
+    assert not score_example(gold, pred).graph_em

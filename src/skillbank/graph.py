@@ -262,9 +262,11 @@ def _link_from_dict(i: int, obj: Any) -> Link:
 
 
 def _node_key(node: Node, pos: Mapping[int, int]) -> tuple[str, tuple[Argument, ...]]:
-    """(task, sorted arguments) with every ``<node-j>`` rewritten to ``<node-pos[j]>``."""
+    """(task, sorted arguments) with every ``<node-j>`` rewritten to ``<node-pos[j]>``; a reference to no node
+    of the graph (a generated graph may hold one) is kept as written."""
     def renumber(m: re.Match) -> str:
-        return f"<node-{pos[int(m.group(1))]}>"
+        j = int(m.group(1))
+        return f"<node-{pos[j]}>" if j in pos else m.group(0)
 
     return node.task, tuple(sorted(Argument(a.name, ANY_NODE_REF.sub(renumber, a.value)) for a in node.arguments))
 
