@@ -5,12 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from skillbank.model.base import BaseModelConfig, load_base
-from skillbank.model.tiny import make_tiny_model
 from skillbank.train.checkpoint import FitCheckpoint
 from skillbank.train.executor import TrainConfig, add_lora, build_examples
 from skillbank.train.loop import LossTerm, adapter_parameters, fit
-from test_train import P, records
+from test_train import P, records, tiny  # noqa: F401 - tiny: a fresh tiny base per test (a fixture)
 
 # dropout on, so the restored torch random state matters too; 3 epochs x 3 steps
 CFG = TrainConfig(epochs=3, batch_size=4, lr=2e-2, warmup_ratio=0.2, dropout=0.1, target_format="compact")
@@ -26,14 +24,6 @@ class L2Term(LossTerm):
 
     def __call__(self, ctx):
         return 1e-3 * sum(p.float().pow(2).sum() for p in ctx.trainable.values())
-
-
-@pytest.fixture()
-def tiny(tmp_path_factory):
-    path = tmp_path_factory.getbasetemp() / "tiny-ckpt"
-    if not (path / "config.json").exists():
-        make_tiny_model(path, seed=0)
-    return load_base(BaseModelConfig(name=str(path)), progress=False)
 
 
 def train(base, *, checkpoint=None, kill_at=None, seed=3):

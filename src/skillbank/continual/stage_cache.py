@@ -29,6 +29,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Sequence
 
+from skillbank.model.prompts import hash_examples
+
 COMPLETE = "COMPLETE"
 
 
@@ -42,8 +44,7 @@ class StageCache:
         h = hashlib.sha256()
         h.update(json.dumps({"base": base_identity, "start": start_digest, "train": train_config, "seed": seed,
                              "device": device}, sort_keys=True, default=str).encode())
-        for ex in examples:
-            h.update(json.dumps([ex.input_ids, ex.labels]).encode())
+        hash_examples(h, examples)
         return h.hexdigest()[:24]
 
     def lookup(self, key: str) -> Path | None:

@@ -14,7 +14,9 @@ token ids), so no token straddles the boundary.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Sequence
 
 from skillbank.errors import ModelError
 
@@ -113,6 +115,13 @@ class Example:
     @property
     def n_target(self) -> int:
         return len(self.input_ids) - self.n_prompt
+
+
+def hash_examples(hasher, examples: Sequence[Example]) -> None:
+    """Feed tokenized examples, in order, into a hashlib ``hasher``: the part of a training's identity that the
+    stage cache's keys and the fit checkpoints' fingerprints share."""
+    for ex in examples:
+        hasher.update(json.dumps([ex.input_ids, ex.labels]).encode())
 
 
 def build_example(tokenizer, request: str, target: str, system_prompt: str = DEFAULT_SYSTEM_PROMPT) -> Example:

@@ -35,6 +35,7 @@ from typing import Sequence
 import torch
 
 from skillbank.model.base import tensors_digest
+from skillbank.model.prompts import hash_examples
 
 FORMAT = "skillbank-fit-checkpoint/1"
 
@@ -46,8 +47,7 @@ def fit_fingerprint(*, adapter: str, active: Sequence[str], train_config: dict, 
     h.update(json.dumps({"adapter": adapter, "active": list(active), "train": train_config, "seed": seed,
                          "world": world, "terms": list(terms)}, sort_keys=True, default=str).encode())
     h.update(tensors_digest(sorted(start_weights.items())).encode())
-    for ex in examples:
-        h.update(json.dumps([ex.input_ids, ex.labels]).encode())
+    hash_examples(h, examples)
     return h.hexdigest()[:32]
 
 
