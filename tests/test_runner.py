@@ -153,6 +153,11 @@ def test_a_run_directory_refuses_another_configuration(tmp_path, tiny_model_dir)
     run(other, tmp_path / "r", progress=False, restart=True)  # --restart discards it
     faster = other.model_copy(update={"base": other.base.model_copy(update={"threads": 2})})
     run(faster, tmp_path / "r", progress=False)  # the thread count is not part of what a run learns
+    wider = faster.model_copy(update={"eval": faster.eval.model_copy(update={"batch_size": 16})})
+    run(wider, tmp_path / "r", progress=False)  # nor the evaluation's batch size (same greedy outputs)
+    longer = faster.model_copy(update={"eval": faster.eval.model_copy(update={"max_new_tokens": 12})})
+    with pytest.raises(ConfigError, match="another configuration.*eval"):
+        run(longer, tmp_path / "r", progress=False)  # the output cap is: it changes what is scored
     # a method's own [train] overrides are part of what it learns; a saved run without them had none
     tuned = other.model_copy(update={"method_train": {"base-oracle-fields": {"lr": 1e-3}}})
     with pytest.raises(ConfigError, match="another configuration.*method_train.base-oracle-fields"):

@@ -368,9 +368,12 @@ _ADDED_DEFAULTS = {"stream": {"validation_per_family": None, "validation_fractio
 
 
 # Settings outside a run's identity: orders are additive (another process may run another order), and the
-# thread count and cache folder change how fast a run goes, not what it learns, so a run started on a
-# shared machine with one thread may be resumed alone with more.
-_NOT_IDENTITY = {"eval": {"orders"}, "base": {"threads", "cache_dir"}}
+# thread count, the cache folder and the evaluation batch size change how fast a run goes, not what it learns
+# or answers, so a run started on a shared machine with one thread may be resumed alone with more. (Greedy
+# decoding with masked padding gives a row the same tokens in any batch: tests/test_multi_lora.py and
+# test_serve.py compare them, and bench/eval_batch.py counts differing outputs on a trained adapter; like the
+# thread count, only float rounding of the matrix products could ever tell them apart.)
+_NOT_IDENTITY = {"eval": {"orders", "batch_size"}, "base": {"threads", "cache_dir"}}
 
 
 def _identity(section: str, value):
