@@ -2,12 +2,15 @@
 
 Sequential SFT, Replay, LwF and EWC train their first stage identically: the same freshly seeded adapter,
 the same examples, the same recipe and no extra loss term (Replay's buffer, LwF's teacher and EWC's Fisher
-only act from the second stage on). A sweep that screens 24 settings of these methods on two screens would
-train that stage 48 times; a comparison trains it once per method and order. A stage is trained once and
-the others load its adapter.
+only act from the second stage on). So do Stacked-LoRA, Progressive-LoRA and O-LoRA at the recipe's adapter
+(no earlier adapter to stack on or be orthogonal to; O-LoRA's lambda_2, when set, is a term from stage 1 and
+keeps it apart): their ``stage-1`` adapter starts from the same seed as the sequential methods' one adapter.
+A sweep that screens 24 settings of these methods on two screens would train that stage 48 times; a
+comparison trains it once per method and order. A stage is trained once and the others load its adapter.
 
 The key is a digest of everything the training reads: the base model's identity, the adapter's starting
-weights, the tokenized examples in order, the recipe (``TrainConfig``, seed included) and the device. Any
+weights (under the stored adapter name, so the name a method gives its adapter does not matter), the
+tokenized examples in order, the recipe (``TrainConfig``, seed included) and the device. Any
 difference is another key, so a hit is the same computation, not a similar one; on CPU it gives the same
 bits (``tests/test_stage_cache.py`` checks the digests). A training with an extra loss term or a per-step
 callback is never shared.
@@ -24,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -32,6 +36,16 @@ from typing import Callable, Sequence
 from skillbank.model.prompts import hash_examples
 
 COMPLETE = "COMPLETE"
+#: The name a stored stage's adapter directory and starting-weight digest use: the sequential methods' adapter
+#: name, which every key was computed under before other methods shared stages (so those keys still match).
+STORED_ADAPTER = "seq"
+
+
+def under_stored_name(named: dict, adapter: str) -> dict:
+    """Parameters of ``adapter`` (PEFT names end in ``.<adapter>.weight``) renamed as if the adapter were
+    :data:`STORED_ADAPTER`, for the key's starting-weight digest."""
+    pattern = re.compile(rf"\.{re.escape(adapter)}(\.|$)")
+    return {pattern.sub(rf".{STORED_ADAPTER}\1", n, count=1): p for n, p in named.items()}
 
 
 class StageCache:

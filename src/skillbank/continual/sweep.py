@@ -246,13 +246,14 @@ def plan_sweep(cfg: SweepConfig, stream=None) -> SweepPlan:
     for p in points:
         pcfg = point_config(cfg, p, screens)
         tc, params = pcfg.train_config(), pcfg.method_params_for(p.method)
-        group = method_class(p.method).first_stage_group
+        cls = method_class(p.method)
+        first = cls.first_stage_recipe(tc, params)
         total = 0.0
         for screen in screens:
             keys = stream.order(screen)
             for t, fam in enumerate(keys):
-                if t == 0 and group is not None:
-                    shared = (group, screen, json.dumps(tc.to_dict(), sort_keys=True, default=str))
+                if t == 0 and first is not None:
+                    shared = (cls.first_stage_group, screen, json.dumps(first.to_dict(), sort_keys=True, default=str))
                     if shared in shared_first:
                         continue
                     shared_first.add(shared)

@@ -31,6 +31,8 @@ from skillbank.model.base import LoadedBase, tensors_digest
 from skillbank.model.prompts import render_prompt
 from skillbank.train.checkpoint import FitCheckpoint
 from skillbank.train.executor import TrainConfig, build_examples, common_prefix
+from skillbank.continual.stage_cache import STORED_ADAPTER, StageCache, under_stored_name
+from skillbank.train.loop import FitResult, adapter_parameters, fit
 
 Say = Callable[[str], None]
 
@@ -134,6 +136,12 @@ class Method(ABC):
     #: from a stage cache after the first of them trains it); None: its own.
     first_stage_group: ClassVar[str | None] = None
 
+    @classmethod
+    def first_stage_recipe(cls, train: TrainConfig, params: MethodParams) -> TrainConfig | None:
+        """The recipe this method's first stage trains its group's shared adapter with under ``train`` and
+        ``params`` (None: its first stage is its own). A sweep's cost estimate counts each once."""
+        return train if cls.first_stage_group is not None else None
+
     def __init__(self, ctx: MethodContext, params: MethodParams | None = None):
         self.ctx = ctx
         self.params = params if params is not None else self.Params()
@@ -185,6 +193,36 @@ class Method(ABC):
     @contextmanager
     def adapters_active(self, names: Sequence[str]) -> Iterator[object]:
         yield self.base.activate(list(names))
+
+    def fit_or_reuse(self, t: int, family: str, examples, terms, *, adapter: str, cfg: TrainConfig,
+                     active: Sequence[str] | None = None, on_step=None) -> tuple[FitResult, str | None]:
+        """Train ``adapter`` (freshly added, or carrying the earlier stages) on stage ``t``'s ``examples``, or load
+        it from the run's stage cache when the very same training was done before, by this method or another
+        (``skillbank.continual.stage_cache``). Returns the training's result and the cache key it was loaded
+        from (None: trained here).
+
+        Only a first stage is looked up: a later one starts from weights only this method's history produced.
+        A stage with a loss term or a per-step callback is never shared."""
+        cache: StageCache | None = self.ctx.extras.get("stage_cache")
+        key = None
+        if cache is not None and t == 1 and not terms and on_step is None:
+            device = next(self.base.peft.parameters()).device
+            start = under_stored_name(adapter_parameters(self.base.peft, adapter), adapter)
+            key = cache.key(base_identity=self.base.identity, start_digest=weights_digest(start), examples=examples,
+                            train_config=cfg.to_dict(), seed=cfg.seed + t, device=device.type)
+            hit = cache.lookup(key)
+            if hit is not None:
+                self.ctx.log(f"  {self.name} stage {t}: the same training was done before; loading {hit}")
+                self.base.remove_adapter(adapter)
+                self.base.load_adapter(adapter, hit / STORED_ADAPTER)
+                self.base.activate(list(active) if active else [adapter])
+                return FitResult(**cache.fit_result(key)), key
+        result = fit(self.base, examples, cfg, adapter=adapter, active=active, terms=terms, seed=cfg.seed + t,
+                     on_step=on_step, progress=self.ctx.progress, desc=f"{self.name} stage {t} {family}",
+                     checkpoint=self.ctx.fit_checkpoint(t))
+        if key is not None:
+            cache.store(key, lambda d: self.base.save_adapter(adapter, d / STORED_ADAPTER), result)
+        return result, None
 
     @classmethod
     def describe(cls) -> str:

@@ -28,9 +28,7 @@ from pydantic import Field, model_validator
 from skillbank.data.records import Record
 from skillbank.continual.methods.base import Method, MethodParams, Query, address_hint, weights_digest, with_text
 from skillbank.train.executor import add_lora, summarize
-from skillbank.continual.stage_cache import StageCache
-from skillbank.train.loop import (FitResult, LossTerm, StepContext, adapter_parameters, collate, fit, swapped_adapters,
-                                  target_logits)
+from skillbank.train.loop import LossTerm, StepContext, adapter_parameters, collate, swapped_adapters, target_logits
 
 ADAPTER = "seq"
 
@@ -72,7 +70,7 @@ class SequentialSFT(Method):
         data = self.training_records(t, family, records)
         examples, dropped = self.examples(data, self.stream_prefix)
         terms = self.loss_terms(t)
-        result, shared = self._fit_or_reuse(t, family, examples, terms)
+        result, shared = self.fit_or_reuse(t, family, examples, terms, adapter=ADAPTER, cfg=cfg, on_step=self.on_step)
         self.after_stage(t, family, records)
         self._refresh_state()
         summary = summarize(ADAPTER, examples, dropped, cfg, result, self.stream_prefix).to_dict()
@@ -80,33 +78,6 @@ class SequentialSFT(Method):
         if shared:
             summary["shared_stage"] = shared
         return summary
-
-    def _fit_or_reuse(self, t: int, family: str, examples, terms) -> tuple[FitResult, str | None]:
-        """Train this stage, or load it from the run's stage cache when the very same training was done
-        (``skillbank.continual.stage_cache``: in practice the first stage, shared by all four methods)."""
-        cfg = self.ctx.train
-        cache: StageCache | None = self.ctx.extras.get("stage_cache")
-        key = None
-        # Only the first stage: later ones start from weights only this method's history produced.
-        if cache is not None and t == 1 and not terms and self.on_step is None:
-            device = next(self.base.peft.parameters()).device
-            key = cache.key(base_identity=self.base.identity,
-                            start_digest=weights_digest(adapter_parameters(self.base.peft, ADAPTER)),
-                            examples=examples, train_config=cfg.to_dict(), seed=cfg.seed + t, device=device.type)
-            hit = cache.lookup(key)
-            if hit is not None:
-                if self.ctx.say:
-                    self.ctx.say(f"  {self.name} stage {t}: the same training was done before; loading {hit}")
-                self.base.remove_adapter(ADAPTER)
-                self.base.load_adapter(ADAPTER, hit / ADAPTER)
-                self.base.activate([ADAPTER])
-                return FitResult(**cache.fit_result(key)), key
-        result = fit(self.base, examples, cfg, adapter=ADAPTER, terms=terms, seed=cfg.seed + t, on_step=self.on_step,
-                     progress=self.ctx.progress, desc=f"{self.name} stage {t} {family}",
-                     checkpoint=self.ctx.fit_checkpoint(t))
-        if key is not None:
-            cache.store(key, lambda d: self.base.save_adapter(ADAPTER, d / ADAPTER), result)
-        return result, None
 
     def _refresh_state(self) -> None:
         # Named by the adapter, not the method: the four methods answer with the one adapter alone, so equal

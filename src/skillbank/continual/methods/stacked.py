@@ -27,7 +27,7 @@ from pydantic import Field
 from skillbank.data.records import Record
 from skillbank.continual.methods.base import AddressParams, Method, MethodParams, Query, weights_digest
 from skillbank.train.executor import TrainConfig, add_lora, summarize
-from skillbank.train.loop import LossTerm, StepContext, adapter_parameters, fit
+from skillbank.train.loop import LossTerm, StepContext, adapter_parameters
 
 
 def stage_adapter(t: int) -> str:
@@ -41,6 +41,7 @@ class StackedLoRA(Method):
 
     name = "stacked"
     title = "Stacked-LoRA (summed, unrouted)"
+    first_stage_group = "one-adapter-sft"  # stage 1 is plain SFT of one adapter (see learn)
 
     def __init__(self, ctx, params=None):
         super().__init__(ctx, params)
@@ -62,14 +63,18 @@ class StackedLoRA(Method):
     def learn(self, t: int, family: str, records: Sequence[Record]) -> dict:
         cfg = self.adapter_config
         name = stage_adapter(t)
-        add_lora(self.base, name, cfg, seed=cfg.seed + t)
+        # Stage 1 starts from the sequential methods' adapter (seed cfg.seed): with nothing stacked yet it is
+        # their first stage, so the stage cache trains it once for all of them.
+        add_lora(self.base, name, cfg, seed=cfg.seed if t == 1 else cfg.seed + t)
         examples, dropped = self.examples(records, self.stream_prefix)
-        result = fit(self.base, examples, cfg, adapter=name, active=self.adapters + [name],
-                     terms=self.loss_terms(t), seed=cfg.seed + t, progress=self.ctx.progress,
-                     desc=f"{self.name} stage {t} {family}", checkpoint=self.ctx.fit_checkpoint(t))
+        result, shared = self.fit_or_reuse(t, family, examples, self.loss_terms(t), adapter=name, cfg=cfg,
+                                           active=self.adapters + [name])
         self.stages = t
         self._refresh_state()
-        return summarize(name, examples, dropped, cfg, result, self.stream_prefix).to_dict()
+        summary = summarize(name, examples, dropped, cfg, result, self.stream_prefix).to_dict()
+        if shared:
+            summary["shared_stage"] = shared
+        return summary
 
     def _refresh_state(self) -> None:
         params = {}
@@ -250,13 +255,21 @@ class OLoRA(StackedLoRA):
 
     @property
     def adapter_config(self) -> TrainConfig:
-        cfg, p = self.ctx.train, self.params
+        return self.own_adapter_config(self.ctx.train, self.params)
+
+    @staticmethod
+    def own_adapter_config(cfg: TrainConfig, p: OLoRAParams) -> TrainConfig:
         if p.rank is None and p.target_modules is None and p.alpha is None:
             return cfg
         rank = p.rank if p.rank is not None else cfg.rank
         alpha = p.alpha if p.alpha is not None else cfg.alpha * rank / cfg.rank
         modules = tuple(p.target_modules) if p.target_modules is not None else cfg.target_modules
         return dataclasses.replace(cfg, rank=rank, alpha=alpha, target_modules=modules)
+
+    @classmethod
+    def first_stage_recipe(cls, train: TrainConfig, params: OLoRAParams) -> TrainConfig | None:
+        # lambda_2 is a term from stage 1 on: that stage is then O-LoRA's own
+        return None if params.lambda_l2 else cls.own_adapter_config(train, params)
 
     def loss_terms(self, t: int) -> list[LossTerm]:
         frozen: dict[str, list[torch.Tensor]] = {}
