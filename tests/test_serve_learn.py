@@ -202,3 +202,52 @@ def test_learn_recipe_auto_follows_the_base_and_records_must_match_the_family(tm
     assert train_config("auto", None, "someone/Qwen3-8B-not-cached") == TrainConfig()
     with pytest.raises(LearnRefused, match="recipe must be one of"):
         train_config("fast", None, "embedded")
+
+
+def _learn_body(small_stream, family, epochs):
+    return {"family": family, "records": jsonl(small_stream.train[family]), "train": {"epochs": epochs}}
+
+
+def test_a_learn_cut_short_by_a_shutdown_continues_when_posted_again(tmp_path, two_family_bank, tiny_model_dir,
+                                                                   small_stream):
+    from skillbank.memory.bank import learn_checkpoint_path
+    k1, k2, k3 = small_stream.family_keys[:3]
+    bank = copy_bank(two_family_bank, tmp_path / "bank")
+    manifest = (bank / "bank.json").read_bytes()
+    checkpoint = learn_checkpoint_path(bank, k3)
+    body = _learn_body(small_stream, k3, epochs=40)  # long enough to be stopped halfway
+    app = app_for(bank, tiny_model_dir, learn_checkpoint_minutes=1e-9)  # a checkpoint after every step
+    with TestClient(app) as c:
+        job = c.post("/v1/families", json=body, headers=AUTH).json()
+        wait_for(lambda: c.get(f"/v1/families/{job['job']}", headers=AUTH).json()["progress"].get("step", 0) >= 3
+                 and checkpoint.is_file(), 600, "a few checkpointed steps")
+    # the service shut down mid-training: nothing published, the training so far kept
+    stopped = service_of(app).learner.jobs[job["job"]]
+    assert stopped.state == "cancelled" and "training so far is kept" in stopped.error
+    assert checkpoint.is_file() and (bank / "bank.json").read_bytes() == manifest
+
+    app = app_for(bank, tiny_model_dir, learn_checkpoint_minutes=1e-9)
+    with TestClient(app) as c:
+        job = c.post("/v1/families", json=body, headers=AUTH).json()
+        wait_for(lambda: service_of(app).learner.jobs[job["job"]].finished is not None, 600, "the continued job")
+        status = c.get(f"/v1/families/{job['job']}", headers=AUTH).json()
+        assert status["state"] == "done", status
+        assert status["result"]["resumed_after_step"] >= 3  # continued, not started over
+        assert not checkpoint.exists()  # a finished training removes its checkpoint
+        assert [m["id"] for m in c.get("/v1/models").json()["data"]] == ["skillbank", k1, k2, k3]
+
+
+def test_a_learn_cancelled_by_request_leaves_no_checkpoint(tmp_path, two_family_bank, tiny_model_dir, small_stream):
+    from skillbank.memory.bank import learn_checkpoint_path
+    k3 = small_stream.family_keys[2]
+    bank = copy_bank(two_family_bank, tmp_path / "bank")
+    checkpoint = learn_checkpoint_path(bank, k3)
+    app = app_for(bank, tiny_model_dir, learn_checkpoint_minutes=1e-9)
+    with TestClient(app) as c:
+        job = c.post("/v1/families", json=_learn_body(small_stream, k3, epochs=40), headers=AUTH).json()
+        wait_for(lambda: checkpoint.is_file(), 600, "a checkpoint")
+        assert c.delete(f"/v1/families/{job['job']}", headers=AUTH).json()["state"] == "cancelled"
+        wait_for(lambda: service_of(app).learner.jobs[job["job"]].finished is not None, 60, "the job to end")
+        status = c.get(f"/v1/families/{job['job']}", headers=AUTH).json()
+        assert status["state"] == "cancelled" and "kept" not in status["error"]
+        assert not checkpoint.exists()  # the user gave that training up: nothing is left to continue

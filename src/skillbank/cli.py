@@ -506,8 +506,9 @@ def learn(
     sb = SkillBank.open(bank) if bank_base is not None else SkillBank.create(bank, base_config=BaseModelConfig(name=base))
     checkpoint = None
     if checkpoint_minutes > 0:
+        from skillbank.memory.bank import learn_checkpoint_path
         from skillbank.train.checkpoint import FitCheckpoint
-        checkpoint = FitCheckpoint(Path(bank) / "checkpoints" / f"{family}.fit.pt", every_seconds=60 * checkpoint_minutes)
+        checkpoint = FitCheckpoint(learn_checkpoint_path(bank, family), every_seconds=60 * checkpoint_minutes)
     try:
         entry = sb.learn(family, v.records, cfg, catalog=cat, checkpoint=checkpoint)
     except KeyboardInterrupt:
@@ -827,6 +828,9 @@ def serve(
                                            "`skillbank export vllm`); routing stays here, no model is loaded."),
     threads: Optional[int] = typer.Option(None, help="Torch threads of the served model (default: cores - 1, max 8)."),
     learn_threads: Optional[int] = typer.Option(None, help="Torch threads of a background learn job."),
+    learn_checkpoint_minutes: float = typer.Option(10.0, min=0, help="A learn job writes its training's state into "
+                                                   "BANK/checkpoints/ this often (0: never); posting the same family "
+                                                   "and records after a crash or restart continues it."),
     log_level: str = typer.Option("info", help="uvicorn log level."),
     constrain: bool = typer.Option(True, "--constrain/--no-constrain",
                                    help="Decode with each shard's grammar (only its skills and arguments)."),
@@ -858,7 +862,8 @@ def serve(
                                    max_batch=max_batch, queue_size=queue_size, timeout_s=timeout_s,
                                    max_request_chars=max_request_chars, max_list=max_list,
                                    max_new_tokens=max_new_tokens, upstream=upstream, threads=threads,
-                                   learn_threads=learn_threads, header_timeout_s=header_timeout_s,
+                                   learn_threads=learn_threads, learn_checkpoint_minutes=learn_checkpoint_minutes,
+                                   header_timeout_s=header_timeout_s,
                                    keep_alive_s=keep_alive_s, max_resident=max_resident)
     except ValidationError as exc:
         raise typer.BadParameter("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))

@@ -40,6 +40,12 @@ MANIFEST = "bank.json"
 FAMILY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 
+def learn_checkpoint_path(root: str | Path, family: str) -> Path:
+    """Where a training of ``family`` into the bank at ``root`` keeps its checkpoint while it runs
+    (``skillbank learn`` and the service's learn jobs): outside the published shards, removed when it ends."""
+    return Path(root) / "checkpoints" / f"{family}.fit.pt"
+
+
 def check_family_name(name: str) -> str:
     """Family names become directory names: refuse anything path-like."""
     if not isinstance(name, str) or not FAMILY_NAME.fullmatch(name):  # match + "$" would let "nl\n" through

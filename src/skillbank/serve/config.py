@@ -41,6 +41,8 @@ class ServeConfig(BaseModel):
         a batch keeps every shard its rows decode with, so the bound is max(max_resident, shards in the batch).
     learn_threads: torch threads of a background learn process (None = half the cores: it shares them with
         serving).
+    learn_checkpoint_minutes: a learn job's training writes its state into ``BANK/checkpoints/`` this often (0:
+        never), so a job ended by a crash or a restart is continued by posting the same family and records again.
     max_upload_mb: largest records upload accepted by ``POST /v1/families``.
     allowed_hosts: Host header names answered (any port); None = any. ``skillbank serve`` on a loopback address
         sets the loopback names, so a web page cannot reach the service through a rebound DNS name.
@@ -72,6 +74,7 @@ class ServeConfig(BaseModel):
     admin_token: Optional[str] = None
     threads: Optional[int] = Field(None, ge=1)
     learn_threads: Optional[int] = Field(None, ge=1)
+    learn_checkpoint_minutes: float = Field(10.0, ge=0)
     max_upload_mb: float = Field(64.0, gt=0)
     allowed_hosts: Optional[list[str]] = None
     header_timeout_s: float = Field(10.0, gt=0, le=3600)

@@ -8,6 +8,10 @@ on disk while the service keeps answering from its in-memory snapshot; when the 
 picks up whatever the bank on disk now holds (``on_finished``) and only then reports the job ``done``, so a
 client that sees ``done`` is routed to the new family by its next request.
 
+The training keeps a checkpoint in the bank (``BANK/checkpoints/<family>.fit.pt``, no requests in it; see
+learner.py): a job whose process died or whose service shut down leaves it, and posting the same family and
+records again continues that training instead of starting over. A job cancelled by request removes it.
+
 The uploaded records live in a private temporary directory for the job's lifetime only: the bank keeps no
 requests, and neither does the service. It is removed however the job ends: done, failed, cancelled, its process
 killed, the service shut down (``close`` waits for every job's own clean-up), or the service killed (the
@@ -30,7 +34,7 @@ from typing import Awaitable, Callable
 
 from skillbank.data.records import read_records
 from skillbank.errors import BankError, ModelError, RecordError
-from skillbank.memory.bank import check_family_name, read_manifest
+from skillbank.memory.bank import check_family_name, learn_checkpoint_path, read_manifest
 
 log = logging.getLogger("skillbank.serve")
 
@@ -59,6 +63,7 @@ class LearnJob:
     records: int = 0
     workdir: Path | None = None
     process: asyncio.subprocess.Process | None = None
+    discard_checkpoint: bool = False  # cancelled by request: its training is not to be continued
 
     @property
     def active(self) -> bool:
@@ -93,10 +98,11 @@ class LearnManager:
     """Starts, tracks and cancels learn jobs for one bank; ``on_finished`` reloads the served snapshot."""
 
     def __init__(self, root: Path, *, threads: int | None, on_finished: Callable[[], Awaitable[list[str]]],
-                 metrics=None):
+                 metrics=None, checkpoint_minutes: float = 10.0):
         self.root = root
         # Default: half the cores, so training does not starve the requests being served meanwhile.
         self.threads = threads or max(1, (os.cpu_count() or 2) // 2)
+        self.checkpoint_minutes = checkpoint_minutes
         self.on_finished = on_finished
         self.metrics = metrics
         self.jobs: dict[str, LearnJob] = {}
@@ -163,6 +169,7 @@ class LearnManager:
             args += ["--skills", json.dumps(sorted(set(skills)))]
         if self.threads:
             args += ["--threads", str(self.threads)]
+        args += ["--checkpoint-minutes", str(self.checkpoint_minutes)]
         task = asyncio.get_running_loop().create_task(self._run(job, args), name=f"learn-{job.id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -189,11 +196,14 @@ class LearnManager:
                 if code == 0 and status.get("state") == "published":
                     job.state = "publishing"
                     job.result = {k: status.get(k) for k in ("shard", "skills", "examples", "steps", "train_seconds",
-                                                            "final_loss")}
+                                                            "final_loss", "resumed_after_step")}
                 else:
                     job.state = "failed"
                     how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
                     job.error = status.get("error") or f"the learn process {how}; the bank is unchanged"
+                    if learn_checkpoint_path(self.root, job.family).is_file():
+                        job.error += ("; its training so far is kept: post the same family and records again to "
+                                      "continue it")
                     log.warning("learn job %s (%s) failed: %s; its log ends:\n%s", job.id, job.family, job.error,
                                 _tail(log_path))
         except Exception as exc:  # noqa: BLE001 - the job reports it; the service keeps running
@@ -204,6 +214,8 @@ class LearnManager:
                 job.process.kill()
                 await job.process.wait()  # a process still writing into the directory would outlive its removal
             shutil.rmtree(job.workdir, ignore_errors=True)  # the uploaded records go with it
+            if job.discard_checkpoint:  # after the process ended: it can no longer write one
+                learn_checkpoint_path(self.root, job.family).unlink(missing_ok=True)
         try:
             # Serve whatever the bank on disk now holds: normally the new shard; after a kill at the very end
             # (after the manifest was replaced) that is the new shard too - the disk is the truth.
@@ -226,7 +238,8 @@ class LearnManager:
             return {}
         if job.state != "cancelled" and status.get("state") in ("loading", "training"):
             job.state = status["state"]
-        job.progress = {k: status[k] for k in ("step", "total", "epoch", "loss") if status.get(k) is not None}
+        job.progress = {k: status[k] for k in ("step", "total", "epoch", "loss", "resumed_after_step")
+                        if status.get(k) is not None}
         return status
 
     def cancel(self, job_id: str) -> LearnJob:
@@ -234,6 +247,7 @@ class LearnManager:
         if job.active and job.process is not None and job.process.returncode is None:
             job.state = "cancelled"
             job.error = "cancelled by request; the bank is unchanged"
+            job.discard_checkpoint = True
             job.process.kill()  # SIGKILL on purpose: the publish is atomic, so even this leaves the bank whole
         return job
 
@@ -241,7 +255,9 @@ class LearnManager:
         """Stop every job (the bank stays as it was) and remove its records before the service exits."""
         for job in self.jobs.values():
             if job.process is not None and job.process.returncode is None:
-                job.state, job.error = "cancelled", "the service shut down; the bank is unchanged"
+                job.state, job.error = "cancelled", ("the service shut down; the bank is unchanged and the "
+                                                     "training so far is kept: post the same family and records "
+                                                     "again to continue it")
                 job.process.kill()
         tasks = list(self._tasks)
         for task in tasks:

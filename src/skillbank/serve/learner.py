@@ -10,6 +10,13 @@ process the bank on disk is either the old one or the old one plus the new shard
 Progress goes to a JSON status file the service polls: ``{"state": "loading" | "training" | "published" |
 "failed", "step", "total", "epoch", "loss", "error", ...}``.
 
+The training writes a checkpoint every ``--checkpoint-minutes`` into the bank (``BANK/checkpoints/<family>.fit.pt``,
+as ``skillbank learn`` does): adapter, optimizer and loop state, no requests. A job ended by a killed process
+or a service shut down or restarted leaves it there, and the next job that learns the same family from the
+same records continues from it (``resumed_after_step`` in its status) and publishes what an uninterrupted
+training would have (``skillbank.train.checkpoint``). Other records are another training: the checkpoint
+is replaced. A job cancelled by request removes it (the service does, when this process has ended).
+
 A learner never outlives its service (``--parent-pid``): a job nobody can report or cancel any more must not
 keep the cores busy, nor publish a family into a bank the (restarted) service did not ask for. On Linux the
 kernel sends SIGTERM when the parent dies (``PR_SET_PDEATHSIG``); everywhere, a thread also watches
@@ -59,7 +66,8 @@ def _progress_bar(status_path: Path):
                 self._last = now
                 post = dict(self.postfix_dict) if hasattr(self, "postfix_dict") else {}
                 write_status(status_path, state="training", step=int(self.n), total=int(self.total or 0),
-                             epoch=post.get("epoch"), loss=post.get("loss"))
+                             epoch=post.get("epoch"), loss=post.get("loss"),
+                             resumed_after_step=int(self.initial) or None)  # a checkpoint's step (fit's bar)
             return out
 
         def set_postfix(self, ordered_dict=None, refresh=True, **kwargs):
@@ -148,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train", default="{}", help="TrainConfig as JSON")
     ap.add_argument("--skills", default=None, help="the family's skill ids as a JSON list (default: those used)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--checkpoint-minutes", type=float, default=10.0,
+                    help="write the training's state into BANK/checkpoints/ this often (0: never)")
     ap.add_argument("--parent-pid", type=int, default=None,
                     help="end (without publishing) when this process, the service, is gone")
     ap.add_argument("--workdir", type=Path, default=None,
@@ -163,8 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         import tqdm.auto
 
         from skillbank.data.records import read_records
-        from skillbank.memory.bank import SkillBank, read_manifest
+        from skillbank.memory.bank import SkillBank, learn_checkpoint_path, read_manifest
         from skillbank.model.base import BaseModelConfig
+        from skillbank.train.checkpoint import FitCheckpoint
         from skillbank.train.executor import TrainConfig
 
         write_status(args.status, state="loading")
@@ -176,11 +187,16 @@ def main(argv: list[str] | None = None) -> int:
         tqdm.auto.tqdm = _progress_bar(args.status)
         if watch is not None:
             watch.guard_publish()
-        entry = bank.learn(args.family, records, cfg, skills=skills, progress=True)
+        checkpoint = None
+        if args.checkpoint_minutes > 0:
+            checkpoint = FitCheckpoint(learn_checkpoint_path(args.bank, args.family),
+                                       every_seconds=60 * args.checkpoint_minutes)
+        entry = bank.learn(args.family, records, cfg, skills=skills, progress=True, checkpoint=checkpoint)
         t = entry.training
         write_status(args.status, state="published", shard=entry.dir, skills=len(entry.skills),
                      examples=t.get("examples"), steps=t.get("steps"), total=t.get("steps"),
-                     train_seconds=t.get("wall_seconds"), final_loss=t.get("final_loss"))
+                     train_seconds=t.get("wall_seconds"), final_loss=t.get("final_loss"),
+                     resumed_after_step=checkpoint.resumed_step if checkpoint is not None else None)
         return 0
     except SkillbankError as exc:
         write_status(args.status, state="failed", error=str(exc))

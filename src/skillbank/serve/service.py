@@ -86,7 +86,7 @@ class Service:
             self.engine = LocalEngine(snapshot.bank.execution, reuse_prefixes=config.reuse_prefixes)
         self.batcher: Batcher | None = None  # made on the event loop, at startup
         self.learner = LearnManager(snapshot.bank.root, threads=config.learn_threads, on_finished=self.reload,
-                                    metrics=self.metrics)
+                                    metrics=self.metrics, checkpoint_minutes=config.learn_checkpoint_minutes)
         self.started = int(time.time())
         self._warn_if_scope_unknown(snapshot)
 

@@ -59,6 +59,7 @@ class FitCheckpoint:
         self.path = Path(path)
         self.every_seconds = float(every_seconds)
         self._last_write = time.monotonic()
+        self.resumed_step: int | None = None  # the step a loaded checkpoint had reached (None: none loaded)
 
     def load(self, fingerprint: str) -> dict | None:
         """The saved state of this training, or None when there is none (or it is another training's)."""
@@ -75,6 +76,7 @@ class FitCheckpoint:
                   "stage from its start and replacing it", file=sys.stderr)
             return None
         print(f"fit checkpoint {self.path}: continuing this training after step {state['step']}", file=sys.stderr)
+        self.resumed_step = int(state["step"])
         return state
 
     def due(self) -> bool:
