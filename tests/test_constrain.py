@@ -183,6 +183,100 @@ def test_confidence_is_the_models_own_log_probability(tiny, stream):
     assert out.mean_logprob < 0
 
 
+def _random_walk(cache, grammar, rng, structural, snippets, max_tokens: int):
+    """Tokens a row following ``grammar`` could write: at each step a random allowed token, drawn half the time
+    from ``structural`` (a boolean mask over the vocabulary: quotes, brackets, separators, digits) so that
+    strings close and nodes and links appear; now and then one of ``snippets`` (token lists: references,
+    links) written for as long as the grammar allows it; a stop token once allowed, more often as the text
+    grows. Returns (tokens, stopped)."""
+    import numpy as np
+
+    bitmask = cache.bitmask(1)
+    stop_mask = np.zeros(cache.vocab_size, dtype=bool)
+    stop_mask[cache.stops] = True
+    matcher, tokens = cache.matcher(grammar), []
+
+    def allowed_now():
+        bitmask.fill_(-1)
+        matcher.fill(bitmask, 0)
+        allowed = np.zeros(cache.vocab_size, dtype=bool)
+        allowed[allowed_tokens(bitmask[0], cache.vocab_size)] = True
+        return allowed
+
+    def write(token):
+        assert matcher.consume(token), "the matcher refused a token its own mask allowed"
+        tokens.append(token)
+
+    while len(tokens) < max_tokens:
+        allowed = allowed_now()
+        if not allowed.any():
+            return tokens, False  # a dead end: generation reports it (test above)
+        if (allowed & stop_mask).any() and rng.random() < 0.2 + len(tokens) / max_tokens:
+            return tokens, True
+        writable = allowed & ~stop_mask
+        if not writable.any():
+            return tokens, True
+        if rng.random() < 0.15:
+            for i, token in enumerate(rng.choice(snippets)):
+                if not (allowed if i == 0 else allowed_now())[token]:
+                    break
+                write(token)
+            continue
+        marks = writable & structural
+        pool = np.flatnonzero(marks if marks.any() and rng.random() < 0.5 else writable)
+        write(int(pool[rng.randrange(len(pool))]))
+    return tokens, False
+
+
+@pytest.mark.parametrize("fmt", ["compact", "json"])
+def test_anything_a_constrained_row_can_write_is_decoded_scored_and_reread(tiny, stream, fmt):
+    """A model under its grammar can write outputs no training target looks like (a reference inside a longer
+    value, a link the plan did not need, one node of a chain...). The random walk stands in for such a model:
+    whatever it writes must decode (or be reported invalid), score against any gold graph, and survive the
+    report's re-reading (the stored graph read back scores the same; a failure kind is found): the comparison
+    once crashed in scoring on such an output after hours of training."""
+    import random
+
+    import numpy as np
+
+    from skillbank.graph import TaskGraph
+    from skillbank.metrics import failure_kind, score_example
+
+    rng = random.Random(0)
+    cache = grammar_cache(tiny.model, tiny.tokenizer)
+    skills = sorted(stream.catalog.skills)  # one model for every family: the sequential methods' grammar
+    prefix = common_prefix(skills)
+    grammar = build_grammar([SkillSpec(s, stream.catalog.skills[s].argument_names) for s in skills], fmt, prefix)
+    structural = np.zeros(cache.vocab_size, dtype=bool)  # tokens of only quotes, brackets, separators, digits
+    for t in range(len(tiny.tokenizer)):
+        piece = tiny.tokenizer.decode([t])
+        structural[t] = bool(piece) and all(c in '"{}[],:<>-\n 0123456789' for c in piece)
+    # references to earlier, later and missing nodes, whole or inside a longer value, and links
+    snippets = [tiny.tokenizer(text, add_special_tokens=False)["input_ids"]
+                for text in ("<node-0>", "<node-1>", "<node-4>", "see <node-2> here", "<node-0>.png", "0>1", "\n1>0")]
+    golds = [r for k in stream.family_keys for r in stream.test[k]]
+    families = stream.catalog.family_map
+    graphs = invalid = 0
+    for i in range(40):
+        tokens, stopped = _random_walk(cache, grammar, rng, structural, snippets, max_tokens=120)
+        text = tiny.tokenizer.decode(tokens, skip_special_tokens=True)
+        parsed = decode_output(text, fmt, prefix, stopped=stopped, reason=None if stopped else "cap")
+        gold = golds[i % len(golds)].graph
+        score = score_example(gold, parsed.graph)
+        kind = failure_kind(gold, parsed.graph, newest_family=stream.family_keys[-1], families=families)
+        if parsed.graph is None:
+            invalid += 1
+            assert parsed.error and not score.graph_em
+            continue
+        graphs += 1
+        stored = json.loads(json.dumps(parsed.graph.canonical().to_dict()))  # as predictions.jsonl keeps it
+        reread = TaskGraph.from_dict(stored)
+        assert score_example(gold, reread) == score, text
+        assert failure_kind(gold, reread, newest_family=stream.family_keys[-1], families=families) == kind
+        assert reread.canonical_dag() == parsed.graph.canonical_dag()
+    assert graphs >= 15, f"only {graphs} of 40 walks stopped on a whole graph ({invalid} invalid)"
+
+
 def test_a_dead_end_is_reported_not_guessed(tiny):
     """A grammar whose only continuation is a token the vocabulary cannot complete ends the row invalid."""
 
