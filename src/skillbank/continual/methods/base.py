@@ -25,13 +25,13 @@ from typing import Callable, ClassVar, Iterator, Optional, Sequence
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
+from skillbank.continual.stage_cache import STORED_ADAPTER, StageCache, under_stored_name
 from skillbank.data.records import Record
 from skillbank.data.stream import Stream
 from skillbank.model.base import LoadedBase, tensors_digest
 from skillbank.model.prompts import render_prompt
 from skillbank.train.checkpoint import FitCheckpoint
 from skillbank.train.executor import TrainConfig, build_examples, common_prefix
-from skillbank.continual.stage_cache import STORED_ADAPTER, StageCache, under_stored_name
 from skillbank.train.loop import FitResult, adapter_parameters, fit
 
 Say = Callable[[str], None]
