@@ -459,3 +459,36 @@ def test_run_one_method_of_a_config_that_tunes_several(tmp_path, monkeypatch):
     bad.write_text('methods = ["sft"]\n[method_train.lwf]\nlr = 1e-3\n')
     r = CliRunner().invoke(app, ["run", "--config", str(bad), "--out", str(tmp_path / "b")])
     assert r.exit_code == 2 and "[method_train] names method(s) ['lwf']" in " ".join(r.output.split())
+
+
+def test_a_parallel_fsm_worker_killed_inside_its_training_continues_from_its_checkpoint(tmp_path, tiny_model_dir,
+                                                                                       monkeypatch):
+    """A worker of --parallel-stages checkpoints like a stage trained in turn: killed halfway, the next run's
+    worker continues and writes the adapter an uninterrupted worker writes, byte for byte."""
+    from skillbank.continual.parallel import _family_prefix, _train_one
+    from skillbank.continual.run_dir import build_run_stream
+    from skillbank.train.checkpoint import FitCheckpoint
+
+    cfg = tiny_config(tiny_model_dir, ["fsm"], runner={"parallel_stages": 2, "checkpoint_minutes": 1e-9},
+                      train={"epochs": 2, "batch_size": 2, "rank": 4, "alpha": 8, "target_format": "compact"})
+    stream = build_run_stream(cfg)
+    family = stream.order(ORDER)[0]
+    args = (cfg.model_dump(), family, stream.train[family], _family_prefix(stream, family))
+    _train_one(*args, str(tmp_path / "clean" / family), None, 1)
+    real_save = FitCheckpoint.save
+
+    def dying_save(self, state):
+        real_save(self, state)
+        if state["step"] == 3:
+            raise KeyboardInterrupt("worker killed")
+
+    monkeypatch.setattr(FitCheckpoint, "save", dying_save)
+    with pytest.raises(KeyboardInterrupt):
+        _train_one(*args, str(tmp_path / "killed" / family), None, 1)
+    checkpoint = tmp_path / "killed" / f"{family}.fit.pt"
+    assert checkpoint.is_file() and not (tmp_path / "killed" / family).exists()
+    monkeypatch.setattr(FitCheckpoint, "save", real_save)
+    _train_one(*args, str(tmp_path / "killed" / family), None, 1)
+    assert not checkpoint.exists()
+    clean, resumed = ((tmp_path / d / family / "adapter_model.safetensors").read_bytes() for d in ("clean", "killed"))
+    assert resumed == clean

@@ -5,7 +5,9 @@ models) and appended to the bank afterwards in order.
 Each worker loads the base, trains one family's adapter with the run's recipe and writes a plain PEFT
 directory plus ``training.json`` under ``<fsm dir>/pretrained/<family>``; ``SkillBank.learn(...,
 pretrained=dir)`` then loads it instead of training (checking the recipe matches). A family already in
-the bank, or already pretrained, is skipped, so this step resumes too.
+the bank, or already pretrained, is skipped, so this step resumes too; a worker killed inside its training
+continues from its checkpoint (``<fsm dir>/pretrained/<family>.fit.pt``, every ``[runner]
+checkpoint_minutes``, as a stage trained in turn does).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ def _family_prefix(stream: Stream, family: str) -> str:
 def _train_one(cfg_dict: dict, family: str, records: list, prefix: str, target: str, device: str | None,
                threads: int | None) -> str:
     from skillbank.model.base import load_base
+    from skillbank.train.checkpoint import FitCheckpoint
     from skillbank.train.executor import train_executor
 
     cfg = RunConfig.model_validate(cfg_dict)
@@ -39,9 +42,13 @@ def _train_one(cfg_dict: dict, family: str, records: list, prefix: str, target: 
     if threads is not None and base_cfg.threads is None:
         base_cfg = replace(base_cfg, threads=threads)  # workers share the cores instead of each taking all
     base = load_base(base_cfg, progress=False)
-    _, summary = train_executor(base, records, cfg.train_config_for("fsm"), adapter_name=family, family_prefix=prefix,
-                                progress=False)
     target_dir = Path(target)
+    checkpoint = None
+    if cfg.runner.checkpoint_minutes > 0:
+        checkpoint = FitCheckpoint(target_dir.with_name(f"{target_dir.name}.fit.pt"),
+                                   every_seconds=60 * cfg.runner.checkpoint_minutes)
+    _, summary = train_executor(base, records, cfg.train_config_for("fsm"), adapter_name=family, family_prefix=prefix,
+                                progress=False, checkpoint=checkpoint)
     tmp = target_dir.with_name(target_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     base.save_adapter(family, tmp)
