@@ -1,4 +1,5 @@
 """Shared fixtures: a tiny random Llama (seconds) with the real SmolLM2 tokenizer, and a small stream."""
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -16,3 +17,20 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 def small_stream():
     from skillbank.data.builtin import build_builtin_stream
     return build_builtin_stream(seed=0, train_per_family=6, test_per_family=3)
+
+
+@contextmanager
+def killed_after_checkpoint(step: int, in_dir: str | None = None):
+    """Inside the block a training is killed (KeyboardInterrupt) right after it writes its checkpoint at
+    optimizer step ``step`` - only a checkpoint in a folder named ``in_dir``, when given."""
+    from skillbank.train.checkpoint import FitCheckpoint
+    real_save = FitCheckpoint.save
+
+    def dying_save(self, state):
+        real_save(self, state)
+        if state["step"] == step and (in_dir is None or self.path.parent.name == in_dir):
+            raise KeyboardInterrupt(f"killed after the checkpoint of step {step}")
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(FitCheckpoint, "save", dying_save)
+        yield

@@ -14,6 +14,8 @@ from skillbank.cli import app
 from skillbank.train.recipes import recipe_for_base
 from skillbank.errors import RecordError
 
+from conftest import killed_after_checkpoint
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "home_energy"
 SECTION = "## Teach a bank your own skill family"
@@ -209,27 +211,18 @@ def test_import_skillbank_stays_light():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_a_killed_learn_continues_from_its_checkpoint(tmp_path, tiny_model_dir, in_repo, monkeypatch):
+def test_a_killed_learn_continues_from_its_checkpoint(tmp_path, tiny_model_dir, in_repo):
     from skillbank.memory.bank import bank_info
-    from skillbank.train.checkpoint import FitCheckpoint
 
     args = ["--family", "home_energy", "--data", EXAMPLE / "records.jsonl", "--catalog", EXAMPLE / "tools.json",
             "--base", tiny_model_dir, "--epochs", 2, "--checkpoint-minutes", 1e-9]
     clean, killed = tmp_path / "clean", tmp_path / "killed"
     assert invoke(["learn", clean, *args]).exit_code == 0
-    real_save = FitCheckpoint.save
-
-    def dying_save(self, state):
-        real_save(self, state)
-        if state["step"] == 5:
-            raise KeyboardInterrupt("killed during training")
-
-    monkeypatch.setattr(FitCheckpoint, "save", dying_save)
-    r = invoke(["learn", killed, *args])
+    with killed_after_checkpoint(5):
+        r = invoke(["learn", killed, *args])
     checkpoint = killed / "checkpoints" / "home_energy.fit.pt"
     assert r.exit_code == 130 and f"the training so far is in {checkpoint}; run the same command again" in r.output
     assert checkpoint.is_file() and bank_info(killed)["shards"] == []  # nothing published by the killed learn
-    monkeypatch.setattr(FitCheckpoint, "save", real_save)
     r = invoke(["learn", killed, *args])
     assert r.exit_code == 0 and f"fit checkpoint {checkpoint}: continuing this training after step 5" in r.output
     assert not checkpoint.exists()

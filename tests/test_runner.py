@@ -12,6 +12,8 @@ from skillbank.continual.runner import run
 from skillbank.metrics import AccuracyMatrix
 from skillbank.report.run_report import busy_seconds
 
+from conftest import killed_after_checkpoint
+
 ORDER = "T1,T2,T3"  # three stages keep the tests quick
 
 
@@ -398,10 +400,7 @@ def test_runs_saved_before_the_validation_split_existed_resume(tmp_path, tiny_mo
 
 
 @pytest.mark.parametrize("method", ["sft", "olora", "fsm"])  # one adapter, stacked adapters, a bank's shard
-def test_a_kill_inside_a_stages_training_continues_from_its_checkpoint(tmp_path, tiny_model_dir, monkeypatch,
-                                                                       capsys, method):
-    from skillbank.train.checkpoint import FitCheckpoint
-
+def test_a_kill_inside_a_stages_training_continues_from_its_checkpoint(tmp_path, tiny_model_dir, capsys, method):
     # 4 requests in batches of 2 for 3 epochs: 6 optimizer steps per stage; a checkpoint after every step
     extra = {"train": {"epochs": 3, "batch_size": 2, "rank": 4, "alpha": 8, "target_format": "compact"},
              "runner": {"checkpoint_minutes": 1e-9}}
@@ -409,19 +408,11 @@ def test_a_kill_inside_a_stages_training_continues_from_its_checkpoint(tmp_path,
     clean = run(cfg, tmp_path / "clean", progress=False)
     assert not list((tmp_path / "clean").rglob("fit-checkpoint.pt"))  # removed when each training finished
 
-    real_save = FitCheckpoint.save
-
-    def dying_save(self, state):
-        real_save(self, state)
-        if self.path.parent.name == "stage-02" and state["step"] == 4:  # inside stage 2's second epoch
-            raise KeyboardInterrupt("killed inside stage 2's training")
-
-    monkeypatch.setattr(FitCheckpoint, "save", dying_save)
-    with pytest.raises(KeyboardInterrupt):
+    # killed inside stage 2's second epoch
+    with killed_after_checkpoint(4, in_dir="stage-02"), pytest.raises(KeyboardInterrupt):
         run(cfg, tmp_path / "resumed", progress=False)
     checkpoint = tmp_path / "resumed" / "methods" / method / ORDER / "stage-02" / "fit-checkpoint.pt"
     assert checkpoint.is_file()
-    monkeypatch.setattr(FitCheckpoint, "save", real_save)
     capsys.readouterr()
     resumed = run(cfg, tmp_path / "resumed", progress=False)
     assert f"fit checkpoint {checkpoint}: continuing this training after step 4" in capsys.readouterr().err
@@ -461,13 +452,10 @@ def test_run_one_method_of_a_config_that_tunes_several(tmp_path, monkeypatch):
     assert r.exit_code == 2 and "[method_train] names method(s) ['lwf']" in " ".join(r.output.split())
 
 
-def test_a_parallel_fsm_worker_killed_inside_its_training_continues_from_its_checkpoint(tmp_path, tiny_model_dir,
-                                                                                       monkeypatch):
+def test_a_parallel_fsm_worker_killed_inside_its_training_continues_from_its_checkpoint(tmp_path, tiny_model_dir):
     """A worker of --parallel-stages checkpoints like a stage trained in turn: killed halfway, the next run's
     worker continues and writes the adapter an uninterrupted worker writes, byte for byte."""
     from skillbank.continual.parallel import _family_prefix, _train_one
-    from skillbank.continual.run_dir import build_run_stream
-    from skillbank.train.checkpoint import FitCheckpoint
 
     cfg = tiny_config(tiny_model_dir, ["fsm"], runner={"parallel_stages": 2, "checkpoint_minutes": 1e-9},
                       train={"epochs": 2, "batch_size": 2, "rank": 4, "alpha": 8, "target_format": "compact"})
@@ -475,19 +463,10 @@ def test_a_parallel_fsm_worker_killed_inside_its_training_continues_from_its_che
     family = stream.order(ORDER)[0]
     args = (cfg.model_dump(), family, stream.train[family], _family_prefix(stream, family))
     _train_one(*args, str(tmp_path / "clean" / family), None, 1)
-    real_save = FitCheckpoint.save
-
-    def dying_save(self, state):
-        real_save(self, state)
-        if state["step"] == 3:
-            raise KeyboardInterrupt("worker killed")
-
-    monkeypatch.setattr(FitCheckpoint, "save", dying_save)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_after_checkpoint(3), pytest.raises(KeyboardInterrupt):
         _train_one(*args, str(tmp_path / "killed" / family), None, 1)
     checkpoint = tmp_path / "killed" / f"{family}.fit.pt"
     assert checkpoint.is_file() and not (tmp_path / "killed" / family).exists()
-    monkeypatch.setattr(FitCheckpoint, "save", real_save)
     _train_one(*args, str(tmp_path / "killed" / family), None, 1)
     assert not checkpoint.exists()
     clean, resumed = ((tmp_path / d / family / "adapter_model.safetensors").read_bytes() for d in ("clean", "killed"))
