@@ -1,9 +1,16 @@
-"""The hand-written paraphrase set over the built-in catalog (tests/fixtures/paraphrase_builtin.jsonl).
+"""The hand-written paraphrase sets over the built-in catalog (tests/fixtures/paraphrase_builtin*.jsonl).
 
-50 requests, 10 per family, written in styles the built-in generator never produces (terse commands,
-questions, lowercase chat, long preambles, lists, emails), each with a gold graph in the built-in
-stream's conventions. These checks keep the fixture honest: the gold is valid and canonical, every
-literal is copyable from its request, and no request reuses the generator's own phrasing.
+``paraphrase_builtin.jsonl``: 50 requests, 10 per family, written in styles the built-in generator never
+produces (terse commands, questions, lowercase chat, long preambles, lists, emails).
+``paraphrase_builtin_holdout.jsonl``: 40 more, 8 per family, written later in yet other styles (a voice
+assistant's transcript, non-native English, typos, formal requests, chat with emoji, a third person's
+wish, a stated need, telegraphic lists), before the out-of-scope detector's word normalisation was
+designed, and kept out of that design: it measures whether a change made while looking at the first set
+carries over to requests nobody looked at.
+
+Each request has a gold graph in the built-in stream's conventions. These checks keep the fixtures honest:
+the gold is valid and canonical, every literal is copyable from its request, and no request reuses the
+generator's own phrasing.
 """
 from __future__ import annotations
 
@@ -19,8 +26,10 @@ from skillbank.data.builtin_catalog import CONTEXTS, FAMILIES, POOLS
 from skillbank.data.records import read_records
 from skillbank.graph import NODE_REF
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "paraphrase_builtin.jsonl"
-PER_FAMILY = 10
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# file -> (requests per family, id prefix)
+SETS = {"paraphrase_builtin.jsonl": (10, "para"), "paraphrase_builtin_holdout.jsonl": (8, "hold")}
+FIXTURE = FIXTURES / "paraphrase_builtin.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -28,24 +37,35 @@ def catalog():
     return build_builtin_catalog()
 
 
+@pytest.fixture(scope="module", params=sorted(SETS))
+def fixture_file(request):
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def records(catalog):
+def records(catalog, fixture_file):
     # the project's reader validates JSON, the record fields, the graph contract, skill ids and unique ids
-    return read_records(FIXTURE, catalog).records
+    return read_records(FIXTURES / fixture_file, catalog).records
 
 
 def literal(value: str) -> bool:
     return NODE_REF.match(value) is None
 
 
-def test_fixture_parses_with_ten_records_per_family(records, catalog):
-    assert len(records) == PER_FAMILY * len(catalog.families)
-    assert Counter(r.family for r in records) == {key: PER_FAMILY for key in catalog.family_keys}
+def test_fixture_parses_with_the_same_number_of_records_per_family(records, catalog, fixture_file):
+    per_family, prefix = SETS[fixture_file]
+    assert len(records) == per_family * len(catalog.families)
+    assert Counter(r.family for r in records) == {key: per_family for key in catalog.family_keys}
     ids = [r.id for r in records]
     assert len(ids) == len(set(ids))
     short = {fam.key: fam.short for fam in FAMILIES}
     for rec in records:
-        assert re.fullmatch(rf"para-{short[rec.family]}-\d\d", rec.id), rec.id
+        assert re.fullmatch(rf"{prefix}-{short[rec.family]}-\d\d", rec.id), rec.id
+
+
+def test_the_sets_share_no_request(catalog):
+    texts = [{r.request.casefold() for r in read_records(FIXTURES / f, catalog).records} for f in sorted(SETS)]
+    assert not set.intersection(*texts)
 
 
 def test_nodes_use_their_familys_skills_and_declared_arguments(records, catalog):
@@ -79,7 +99,9 @@ def test_gold_links_are_canonical(records):
         assert not extra or rec.family == "t1_daily_life", (rec.id, extra)
 
 
-def test_mix_of_graph_sizes(records):
+def test_mix_of_graph_sizes(records, fixture_file):
+    if fixture_file != FIXTURE.name:
+        pytest.skip("the holdout set is about phrasing: mostly one or two nodes")
     sizes = Counter(len(r.graph.nodes) for r in records)
     assert set(sizes) <= {1, 2, 3, 4}
     assert sizes[1] + sizes[2] + sizes[3] > 0.8 * len(records) and sizes[4] > 0
