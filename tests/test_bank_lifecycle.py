@@ -225,3 +225,42 @@ def test_lifecycle_through_the_cli(tmp_path, base, small_stream):
     write_records(tmp_path / "k1.jsonl", small_stream.train[k1])
     r = invoke("scope", "fit", tmp_path / "bank", "--family", k1, "--data", tmp_path / "k1.jsonl")
     assert r.exit_code == 0 and "detection is on" in r.output
+
+
+def test_scope_eval_without_a_bank_measures_the_detector_a_bank_would_hold(tmp_path, base, small_stream):
+    from typer.testing import CliRunner
+
+    from skillbank.cli import app
+    from skillbank.report.scope import detector_for_stream
+
+    def invoke(*args):
+        return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+    bank = SkillBank.create(tmp_path / "bank", base=base)
+    for k in small_stream.family_keys:
+        learn(bank, small_stream, k)
+    fitted = detector_for_stream(small_stream)
+    requests = held_out(small_stream, *small_stream.family_keys) + OFF_DOMAIN
+    assert fitted.classes_ == bank.scope.classes_ and fitted.threshold_ == bank.scope.threshold_
+    np.testing.assert_array_equal(fitted.score(requests), bank.scope.score(requests))
+
+    small_stream.save(tmp_path / "stream")
+    offdomain = tmp_path / "off.jsonl"
+    offdomain.write_text("".join(json.dumps({"request": r, "category": "misc"}) + "\n" for r in OFF_DOMAIN))
+    results = {}
+    for name, bank_arg in (("bank", [tmp_path / "bank"]), ("stream", [])):
+        r = invoke("scope", "eval", *bank_arg, "--stream", tmp_path / "stream", "--offdomain", offdomain,
+                   "--out", tmp_path / name)
+        assert r.exit_code == 0, r.output
+        results[name] = json.loads((tmp_path / name / "scope.json").read_text())
+    assert results["stream"]["source"].startswith("stream ") and results["bank"]["source"] == str(tmp_path / "bank")
+    for key in ("threshold", "in_domain", "off_domain", "curve"):
+        assert results["stream"][key] == results["bank"][key], key
+
+    r = invoke("scope", "eval", "--offdomain", offdomain, "--out", tmp_path / "none")
+    assert r.exit_code == 2 and "give a BANK, or --stream" in " ".join(r.output.split())
+    for f in ("scope.json", "scope.npz"):
+        (tmp_path / "bank" / bank.manifest.address_dir / f).unlink()
+    r = invoke("scope", "eval", tmp_path / "bank", "--stream", tmp_path / "stream", "--offdomain", offdomain,
+               "--out", tmp_path / "old")
+    assert r.exit_code == 2 and "skillbank scope fit" in " ".join(r.output.split())

@@ -1,4 +1,5 @@
-"""The scope detector on its own: scores by hand, leave-one-out threshold, exact forget, save/load."""
+"""The scope detector on its own: scores by hand, leave-one-out threshold, exact forget, save/load; and the
+script that compares its evidence with a sentence encoder's."""
 import numpy as np
 import pytest
 
@@ -96,3 +97,26 @@ def test_bad_parameters_and_state():
         ScopeDetector().score(["x"])
     with pytest.raises(SelectorError, match="no family"):
         fitted().forget("nope")
+
+
+def test_scope_evidence_script_prints_every_pair_and_score(tmp_path, small_stream, capsys, monkeypatch):
+    import json
+    import runpy
+    import sys
+    from pathlib import Path
+
+    small_stream.save(tmp_path / "stream")
+    fixtures = Path(__file__).resolve().parent / "fixtures"
+    off = tmp_path / "off.jsonl"
+    off.write_text("".join(json.dumps({"request": r, "category": "misc"}) + "\n"
+                           for r in ["what is the capital of France?", "hello there", "🙂"]))
+    script = Path(__file__).resolve().parents[1] / "scripts" / "scope_evidence.py"
+    monkeypatch.setattr(sys, "argv", ["scope_evidence.py", "--stream", str(tmp_path / "stream"),
+                                      "--records", str(fixtures / "paraphrase_builtin_holdout.jsonl"),
+                                      "--offdomain", str(off)])
+    runpy.run_path(str(script), run_name="__main__")
+    rows = [line for line in capsys.readouterr().out.splitlines() if "paraphrase_builtin_holdout vs off" in line]
+    assert [r.split(" | ")[1] for r in rows] == ["words (the scope detector)", "MiniLM cosine to family mean"]
+    for row in rows:
+        auc = float(row.split(" | ")[2])
+        assert 0.0 <= auc <= 1.0

@@ -772,7 +772,9 @@ def scope_fit(bank: Path = typer.Argument(..., help="The bank."),
 @scope_app.command("eval")
 @friendly_errors
 def scope_eval(
-    bank: Path = typer.Argument(..., help="The bank."),
+    bank: Optional[Path] = typer.Argument(None, help="The bank whose detector to measure. Without it: the detector "
+                                          "a bank learning every family of --stream would hold (its training "
+                                          "requests and catalog; seconds, no training)."),
     stream_dir: Optional[Path] = typer.Option(None, "--stream", help="In domain: this stream's held-out requests."),
     records: List[Path] = typer.Option([], "--records", help="In domain: records JSONL (repeatable), e.g. "
                                        "tests/fixtures/paraphrase_builtin.jsonl."),
@@ -780,15 +782,24 @@ def scope_eval(
                                          "(repeatable), e.g. tests/fixtures/offdomain.jsonl."),
     out_dir: Path = typer.Option(..., "--out", help="Output directory: scope.json, scope.md, scope.png."),
 ):
-    """Kept in-domain vs refused off-domain requests at the bank's threshold, and the trade-off curve."""
+    """Kept in-domain vs refused off-domain requests at the detector's threshold, and the trade-off curve."""
     from skillbank.data.records import iter_jsonl, read_records
     from skillbank.data.stream import Stream
     from skillbank.errors import RecordError
     from skillbank.memory.bank import SkillBank
-    from skillbank.report.scope import evaluate_scope, render_markdown, write
+    from skillbank.report.scope import detector_for_stream, evaluate_scope, render_markdown, write
+    stream = Stream.load(stream_dir) if stream_dir is not None else None
+    if bank is not None:
+        opened = SkillBank.open_offline(bank)
+        if opened.scope is None:
+            raise typer.BadParameter(f"{bank} has no scope statistics; add them with `skillbank scope fit`")
+        det, source = opened.scope, str(bank)
+    elif stream is not None:
+        det, source = detector_for_stream(stream), f"stream {stream_dir} (fitted on its training requests, no bank)"
+    else:
+        raise typer.BadParameter("give a BANK, or --stream to measure the detector a bank learning it would hold")
     in_domain = {}
-    if stream_dir is not None:
-        stream = Stream.load(stream_dir)
+    if stream is not None:
         in_domain[f"held-out ({stream.name})"] = [r.request for k in stream.family_keys for r in stream.test[k]]
     for path in records:
         in_domain[path.stem] = [r.request for r in read_records(path).records]
@@ -802,7 +813,7 @@ def scope_eval(
                 raise RecordError("each line needs a string 'request'", path, lineno)
             pairs.append((obj["request"], str(obj.get("category", "off-domain"))))
         off[path.stem] = pairs
-    result = evaluate_scope(SkillBank.open_offline(bank), in_domain, off)
+    result = evaluate_scope(det, in_domain, off, source=source)
     write(result, out_dir)
     out.print(render_markdown(result))
 

@@ -1,9 +1,10 @@
-"""Out-of-scope detection over one bank: how many in-domain requests it keeps and off-domain ones it refuses.
+"""Out-of-scope detection: how many in-domain requests a detector keeps and off-domain ones it refuses.
 
-Every request of every set is scored by the bank's scope detector (:mod:`skillbank.memory.scope`; no
-generation, so this is cheap). In-domain sets (a stream's held-out requests, hand-written paraphrases) give
+The detector is a bank's, or the one a bank learning a stream would hold (:func:`detector_for_stream`:
+the same statistics, built in seconds without training a shard). Every request of every set is scored by
+the scope detector (:mod:`skillbank.memory.scope`; no generation, so this is cheap). In-domain sets (a stream's held-out requests, hand-written paraphrases) give
 the acceptance rate, off-domain sets (requests no family covers, with a ``category``) the refusal rate, at
-the bank's own threshold (chosen on its training requests) and along a sweep of thresholds: the trade-off
+the detector's own threshold (chosen on its training requests) and along a sweep of thresholds: the trade-off
 curve. The threshold is never fitted to these sets here; the curve shows what another one would give.
 """
 from __future__ import annotations
@@ -15,18 +16,29 @@ from typing import Sequence
 
 import numpy as np
 
+from skillbank.memory.scope import ScopeDetector, catalog_text
 
-def evaluate_scope(bank, in_domain: dict[str, Sequence[str]], off_domain: dict[str, Sequence[tuple[str, str]]],
-                   *, quantiles: Sequence[float] = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1)) -> dict:
-    """in_domain: set name -> requests; off_domain: set name -> (request, category) pairs."""
-    if bank.scope is None:
-        raise ValueError(f"{bank.root} has no scope statistics; add them with `skillbank scope fit`")
-    det = bank.scope
+
+def detector_for_stream(stream, families: Sequence[str] | None = None, **params) -> ScopeDetector:
+    """The scope statistics a bank that learned ``families`` (default: all) of ``stream`` would hold: each
+    family's training requests and its catalog's text, added as :meth:`SkillBank.learn` adds them."""
+    det = ScopeDetector(**params)
+    for key in families or stream.family_keys:
+        specs = [stream.catalog.skills[s].to_dict() for s in sorted(set(stream.catalog.family(key).skills))]
+        det.partial_fit([r.request for r in stream.train[key]], key, catalog_text(specs))
+    return det
+
+
+def evaluate_scope(det: ScopeDetector, in_domain: dict[str, Sequence[str]],
+                   off_domain: dict[str, Sequence[tuple[str, str]]], *, source: str,
+                   quantiles: Sequence[float] = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1)) -> dict:
+    """in_domain: set name -> requests; off_domain: set name -> (request, category) pairs; source: where the
+    detector comes from (a bank's path, or the stream it was fitted on), for the report's title."""
     threshold = det.threshold_
     loo = np.concatenate([det.train_scores_[c] for c in det.classes_])
     scores = {name: det.score(list(reqs)).max(axis=1) for name, reqs in in_domain.items()}
     off_scores = {name: det.score([r for r, _ in pairs]).max(axis=1) for name, pairs in off_domain.items()}
-    result = {"bank": str(bank.root), "families": list(det.classes_), "params": det.get_params(),
+    result = {"source": source, "families": list(det.classes_), "params": det.get_params(),
               "threshold": threshold, "train_requests": int(len(loo)), "in_domain": {}, "off_domain": {},
               "thresholds_by_quantile": {str(q): float(np.quantile(loo, q)) for q in quantiles}}
     for name, s in scores.items():
@@ -50,7 +62,7 @@ def evaluate_scope(bank, in_domain: dict[str, Sequence[str]], off_domain: dict[s
 
 
 def render_markdown(result: dict) -> str:
-    lines = [f"# Out-of-scope detection: {result['bank']}", "",
+    lines = [f"# Out-of-scope detection: {result['source']}", "",
              f"Threshold {result['threshold']:.2f} (the {result['params']['quantile']:.1%} quantile of "
              f"{result['train_requests']} training requests' leave-one-out scores; lam {result['params']['lam']}).", "",
              "| set | requests | kept in scope | refused |", "|---|---|---|---|"]
@@ -96,7 +108,7 @@ def plot(result: dict, path: Path) -> Path:
     ax.set_ylim(0, 1.01)
     ax.axhline(0.98, color="grey", lw=0.6, ls=":")
     ax.axvline(0.90, color="grey", lw=0.6, ls=":")
-    ax.set_title("Out-of-scope trade-off (dot: the bank's threshold)")
+    ax.set_title("Out-of-scope trade-off (dot: the detector's threshold)")
     ax.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
