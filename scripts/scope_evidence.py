@@ -1,6 +1,8 @@
-"""Which evidence separates hand-written in-domain requests from off-domain ones? The scope detector's word
-statistics against a frozen sentence encoder's (all-MiniLM-L6-v2, as the embedding router loads it): cosine
-similarity to each family's mean training embedding. Both are fitted on a stream's training requests only.
+"""Which evidence separates hand-written in-domain requests from off-domain ones? The scope detector's two
+experts apart and together: word statistics against general English, the cosine similarity of a frozen
+sentence encoder's embedding (all-MiniLM-L6-v2) to each family's mean training embedding, and the mean of
+both standardised scores (the detector's default). All fitted on a stream's training requests only, as a
+bank learning the stream would hold them.
 
     python scripts/scope_evidence.py --stream runs/streams/builtin-200-50 \
         --records tests/fixtures/paraphrase_builtin.jsonl --offdomain tests/fixtures/offdomain.jsonl \
@@ -8,9 +10,8 @@ similarity to each family's mean training embedding. Both are fitted on a stream
 
 The i-th --records set is paired with the i-th --offdomain set. Per pair and score it prints the area under
 the ROC curve (in-domain above off-domain: how well the score separates them whatever the threshold) and
-what each score's own 1% training quantile keeps and refuses (how well its training requests calibrate it).
-A per-family mean embedding is a statistic, not a request, so a detector built on it stays replay-free.
-Embedding the requests costs ~1 minute on 2 CPU cores.
+what the score's own threshold keeps and refuses: the detector's quantile of its training requests'
+leave-one-out scores (how well template training requests calibrate it). ~1 minute on 2 CPU cores.
 """
 from __future__ import annotations
 
@@ -23,8 +24,6 @@ from sklearn.metrics import roc_auc_score
 from skillbank.data.records import iter_jsonl, read_records
 from skillbank.data.stream import Stream
 from skillbank.report.scope import detector_for_stream
-
-QUANTILE = 0.01
 
 
 def main() -> None:
@@ -39,25 +38,22 @@ def main() -> None:
     pairs = [([r.request for r in read_records(rec).records], [obj["request"] for _, obj in iter_jsonl(off)],
               f"{rec.stem} vs {off.stem}") for rec, off in zip(args.records, args.offdomain)]
 
-    words = detector_for_stream(stream)
-    word_train = np.concatenate([words.train_scores_[k] for k in words.classes_])
+    det = detector_for_stream(stream)  # the default: both experts
 
-    from skillbank.memory.selectors.embedding import get_encoder
-    encoder = get_encoder()
-    train = {k: encoder.encode([r.request for r in stream.train[k]]) for k in stream.family_keys}
-    means = np.stack([train[k].mean(axis=0) for k in stream.family_keys])
-    means /= np.linalg.norm(means, axis=1, keepdims=True)
-    # In-sample for the training requests (a request is 1 of 200 in its family's mean: the difference is small)
-    embed_train = (np.concatenate(list(train.values())) @ means.T).max(axis=1)
+    def kept_scores(per_family: dict) -> np.ndarray:
+        values = np.concatenate([per_family[k] for k in det.classes_])
+        return values[~np.isnan(values)]  # a family's only request has no leave-one-out embedding score
 
-    scores = {"words (the scope detector)": (lambda reqs: words.score(reqs).max(axis=1), word_train),
-              "MiniLM cosine to family mean": (lambda reqs: (encoder.encode(reqs) @ means.T).max(axis=1), embed_train)}
-    print(f"| pair | score | ROC AUC | kept at its {QUANTILE:.0%} training quantile | refused |")
+    scores = {"words alone": (lambda reqs: det.word_scores(reqs).max(axis=1), kept_scores(det.train_scores_)),
+              "sentence embedding alone": (lambda reqs: det.embedding_scores(reqs).max(axis=1),
+                                           kept_scores(det.train_embedding_scores_)),
+              "both (the detector's default)": (lambda reqs: det.score(reqs).max(axis=1), None)}
+    print(f"| pair | score | ROC AUC | kept at its {det.quantile:.0%} training quantile | refused |")
     print("|---|---|---|---|---|")
     for inside, outside, name in pairs:
         for label, (score, train_scores) in scores.items():
             s_in, s_out = score(inside), score(outside)
-            threshold = np.quantile(train_scores, QUANTILE)
+            threshold = det.threshold_ if train_scores is None else np.quantile(train_scores, det.quantile)
             # a request with no words scores -inf: the lowest possible rank, which is what AUC needs
             both = np.nan_to_num(np.r_[s_in, s_out].astype(np.float64), neginf=-1e300)
             auc = roc_auc_score(np.r_[np.ones(len(s_in)), np.zeros(len(s_out))], both)

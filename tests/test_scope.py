@@ -13,7 +13,8 @@ MAPS = ["how long is the drive to Lyon", "route me to the nearest pharmacy", "av
 
 
 def fitted(**kw):
-    det = ScopeDetector(**kw)
+    """Word statistics alone unless ``encoder`` is given (the hand computations below are of words)."""
+    det = ScopeDetector(**{"encoder": None, **kw})
     det.partial_fit(MUSIC, "music")
     det.partial_fit(MAPS, "maps")
     return det
@@ -75,17 +76,20 @@ def test_forget_is_exact_and_state_round_trips(tmp_path):
     assert back.threshold_ == det.threshold_ and back.get_params() == det.get_params()
 
 
-def test_add_family_equals_learning_it():
+@pytest.mark.parametrize("encoder", [None, "minilm"])
+def test_add_family_equals_learning_it(encoder):
     """A family added from exported statistics scores and thresholds exactly as if it had been learned here."""
-    det = ScopeDetector(quantile=0.3).partial_fit(MUSIC, "music")
+    det = ScopeDetector(quantile=0.3, encoder=encoder).partial_fit(MUSIC, "music")
     before = det.threshold_
-    ref = fitted(quantile=0.3)
-    det.add_family("maps", ref.counts_[[1]], ref.train_scores_["maps"])
+    ref = fitted(quantile=0.3, encoder=encoder)
+    det.add_family(ref.family_detector("maps"), "maps")
     probe = MUSIC + MAPS + ["what is the capital of France?"]
     np.testing.assert_allclose(det.score(probe), ref.score(probe))
     assert det.threshold_ == pytest.approx(ref.threshold_) and det.threshold_ != before
     with pytest.raises(SelectorError, match="already has a family 'maps'"):
-        det.add_family("maps", ref.counts_[[1]], ref.train_scores_["maps"])
+        det.add_family(ref, "maps")
+    with pytest.raises(SelectorError, match="other settings"):
+        ScopeDetector(quantile=0.3, encoder=None if encoder else "minilm").add_family(ref, "maps")
 
 
 def test_bad_parameters_and_state():
@@ -97,6 +101,72 @@ def test_bad_parameters_and_state():
         ScopeDetector().score(["x"])
     with pytest.raises(SelectorError, match="no family"):
         fitted().forget("nope")
+    with pytest.raises(SelectorError, match="encoder must be"):
+        ScopeDetector(encoder="  ")
+    with pytest.raises(SelectorError, match="no encoder"):
+        fitted().embedding_scores(["x"])
+
+
+# -- with the sentence encoder (the default) -------------------------------------------------------
+def embed(texts):
+    from skillbank.memory.selectors.embedding import get_encoder
+    return get_encoder("minilm").encode(texts).astype(float)
+
+
+def test_encoder_score_is_the_mean_of_both_standardised_experts():
+    det = fitted(encoder="minilm")
+    assert ScopeDetector().encoder == "minilm"  # the default
+    # leave-one-out cosine of a training request: against its family's mean without it
+    E = embed(MUSIC)
+    rest = E.sum(axis=0) - E[2]
+    np.testing.assert_allclose(det.train_embedding_scores_["music"][2], E[2] @ rest / np.linalg.norm(rest))
+    words = np.concatenate([det.train_scores_[k] for k in det.classes_])
+    cosines = np.concatenate([det.train_embedding_scores_[k] for k in det.classes_])
+
+    def standardise(x, ref):
+        return (x - np.median(ref)) / (np.median(ref) - np.quantile(ref, 0.05))
+
+    probe = ["play something by Nina Simone", "who wrote Hamlet", "route me home avoiding tolls"]
+    means = np.stack([embed(MUSIC).sum(axis=0), embed(MAPS).sum(axis=0)])
+    means /= np.linalg.norm(means, axis=1, keepdims=True)
+    want = 0.5 * standardise(det.word_scores(probe), words) + 0.5 * standardise(embed(probe) @ means.T, cosines)
+    np.testing.assert_allclose(det.score(probe), want, rtol=1e-6)
+    kept = 0.5 * standardise(words, words) + 0.5 * standardise(cosines, cosines)
+    assert det.threshold_ == pytest.approx(np.quantile(kept, det.quantile))
+    assert det.predict(["skip to the next song"]).all() and not det.predict(["who wrote Hamlet"]).any()
+
+
+def test_encoder_statistics_forget_exactly_and_round_trip(tmp_path):
+    both, music = fitted(encoder="minilm"), ScopeDetector(encoder="minilm").partial_fit(MUSIC, "music")
+    both.forget("maps")
+    probe = MUSIC + MAPS + ["hello"]
+    np.testing.assert_allclose(both.score(probe), music.score(probe))
+    assert both.threshold_ == pytest.approx(music.threshold_)
+    det = fitted(encoder="minilm")
+    det.save(tmp_path / "s")
+    back = ScopeDetector.load(tmp_path / "s")
+    assert back.get_params() == det.get_params()
+    np.testing.assert_allclose(back.score(probe), det.score(probe))
+    assert back.threshold_ == det.threshold_
+
+
+def test_state_saved_before_the_encoder_loads_as_word_statistics(tmp_path):
+    import json
+    det = fitted()
+    det.save(tmp_path / "s")
+    meta = json.loads((tmp_path / "s" / "scope.json").read_text())
+    del meta["params"]["encoder"]  # what a bank written before the encoder existed holds
+    (tmp_path / "s" / "scope.json").write_text(json.dumps(meta))
+    back = ScopeDetector.load(tmp_path / "s")
+    assert back.encoder is None
+    np.testing.assert_allclose(back.score(MUSIC), det.score(MUSIC))
+
+
+def test_a_family_of_one_request_has_no_leave_one_out_embedding_score():
+    det = ScopeDetector().partial_fit(["skip this song"], "music").partial_fit(MAPS, "maps")
+    assert np.isnan(det.train_embedding_scores_["music"]).all()
+    assert np.isfinite(det.threshold_)
+    assert np.isfinite(det.score(["skip this song"])).all()
 
 
 def test_scope_evidence_script_prints_every_pair_and_score(tmp_path, small_stream, capsys, monkeypatch):
@@ -116,7 +186,7 @@ def test_scope_evidence_script_prints_every_pair_and_score(tmp_path, small_strea
                                       "--offdomain", str(off)])
     runpy.run_path(str(script), run_name="__main__")
     rows = [line for line in capsys.readouterr().out.splitlines() if "paraphrase_builtin_holdout vs off" in line]
-    assert [r.split(" | ")[1] for r in rows] == ["words (the scope detector)", "MiniLM cosine to family mean"]
+    assert [r.split(" | ")[1] for r in rows] == ["words alone", "sentence embedding alone", "both (the detector's default)"]
     for row in rows:
         auc = float(row.split(" | ")[2])
         assert 0.0 <= auc <= 1.0

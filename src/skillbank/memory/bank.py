@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from skillbank.data.records import Record
-from skillbank.errors import BankError, RecordError
+from skillbank.errors import BankError, RecordError, SelectorError
 from skillbank.jsonfile import read_json
 from skillbank.memory.address import HashingNBAddress, Selector, load_selector, make_selector
 from skillbank.memory.scope import ScopeDetector, catalog_text
@@ -181,7 +181,8 @@ class SkillBank:
                address_params: dict | None = None, scope_params: dict | None = None) -> "SkillBank":
         """Create an empty bank at ``path`` for a base model (a LoadedBase, or a BaseModelConfig to load).
         scope_params: out-of-scope detection (:class:`~skillbank.memory.scope.ScopeDetector`), e.g.
-        ``{"quantile": 0.01}``: the fraction of training requests its threshold would refuse."""
+        ``{"quantile": 0.01}``: the fraction of training requests its threshold would refuse, or
+        ``{"encoder": None}``: word statistics alone, without the sentence encoder."""
         from skillbank.memory.execution import ExecutionMemory
         from skillbank.model.base import load_base
         root = Path(path)
@@ -190,7 +191,10 @@ class SkillBank:
         if root.exists() and any(root.iterdir()):
             raise BankError(f"{root} exists and is not empty; choose a new directory")
         probe = make_selector(address_kind, **(address_params or {}))  # validate before touching disk
-        ScopeDetector(**(scope_params or {}))
+        # Every setting written out: a later default must not change what this bank's detector is.
+        scope_probe = ScopeDetector(**(scope_params or {}))
+        scope_probe.check_encoder()
+        scope_params = scope_probe.get_params()
         if not probe.replay_free:
             raise BankError(f"address kind {address_kind!r} keeps requests; a bank's Address Memory must be replay-free")
         base = base if base is not None else load_base(base_config)
@@ -199,7 +203,7 @@ class SkillBank:
         (root / "address").mkdir(exist_ok=True)
         manifest = Manifest(base={"name": base.identity["name"], "digest": base.identity["digest"]},
                             address_kind=address_kind, address_params=address_params or {},
-                            scope_params=scope_params or {})
+                            scope_params=scope_params)
         write_manifest(root, manifest)
         return cls(root, manifest, ExecutionMemory(base), None)
 
@@ -327,6 +331,9 @@ class SkillBank:
         imported: {"dir": a shard directory to copy, "address": Address statistics, "scope": ...} (import).
         """
         from skillbank.train.executor import common_prefix
+        if imported is None and (self.scope is not None or not self.manifest.address_dir):
+            # the scope statistics are made after the training: a missing encoder must stop us before it
+            (self.scope or ScopeDetector(**self.manifest.scope_params)).check_encoder()
         self._remove_orphans()
         index = self._next_index()
         shard_rel = f"shards/{index:04d}-{family}"
@@ -466,8 +473,9 @@ class SkillBank:
                 verdicts.append(ScopeVerdict(True, score, thr, self.scope.classes_[best], None))
                 continue
             why = ("the request has no words the Address Memory can read" if not np.isfinite(score) else
-                   f"no learned skill family covers this request: its best family ({self.scope.classes_[best]}) "
-                   f"explains it less than general English does (scope score {score:.1f} < threshold {thr:.1f})")
+                   f"no learned skill family covers this request: judged by {self.scope.evidence}, its best "
+                   f"family ({self.scope.classes_[best]}) scores {score:.2f}, below the threshold {thr:.2f} "
+                   "drawn from the families' training requests")
             verdicts.append(ScopeVerdict(False, score if np.isfinite(score) else None, thr,
                                          self.scope.classes_[best], why))
         return verdicts
@@ -593,12 +601,7 @@ class SkillBank:
         shutil.copytree(self.root / entry.dir, tmp / "shard")
         _family_address(address, family).save(tmp / "address")
         if scope is not None and family in scope.classes_:
-            fam_scope = ScopeDetector(**scope.get_params())
-            i = scope.classes_.index(family)
-            fam_scope.classes_, fam_scope.counts_ = [family], scope.counts_[i].tocsr()
-            fam_scope.train_scores_ = {family: scope.train_scores_[family]}
-            fam_scope.background_ = scope.background_
-            fam_scope.save(tmp / "address")
+            scope.family_detector(family).save(tmp / "address")
         meta = {"format": FAMILY_EXPORT_FORMAT, "base": self.manifest.base, "address_kind": self.manifest.address_kind,
                 "address_params": self.manifest.address_params, "entry": asdict(entry)}
         (tmp / "family.json").write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
@@ -724,16 +727,14 @@ def _merge_family_stats(address: Selector, scope: ScopeDetector | None, family: 
     address.feature_count_ = sparse.vstack([address.feature_count_, src.feature_count_[[i]]]).tocsr()
     fam_scope = imported.get("scope")
     if scope is not None:
-        if fam_scope is None or fam_scope.get_params() != scope.get_params():
-            raise BankError("the exported family has no scope statistics compatible with this bank's; "
-                            "add them after importing with `skillbank scope fit`")
-        if scope.background_ is None:
-            scope.background_ = fam_scope.background_
-        elif not np.array_equal(scope.background_, fam_scope.background_):
-            raise BankError("the exported family's scope statistics were made with another English word list "
-                            "(wordfreq version); add them after importing with `skillbank scope fit`")
-        j = fam_scope.classes_.index(imported["source_name"])
-        scope.add_family(family, fam_scope.counts_[[j]], fam_scope.train_scores_[imported["source_name"]])
+        if fam_scope is None:
+            raise BankError("the exported family has no scope statistics; add them after importing with "
+                            "`skillbank scope fit`")
+        try:
+            scope.add_family(fam_scope, imported["source_name"], family)
+        except SelectorError as exc:
+            raise BankError(f"the exported family's scope statistics do not fit this bank's: {exc}; add them "
+                            "after importing with `skillbank scope fit`") from None
 
 
 def shard_problems(root: Path, manifest: Manifest) -> list[str]:

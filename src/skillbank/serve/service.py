@@ -179,8 +179,10 @@ class Service:
             names, proba = snap.route(requests)
             classes = list(snap.bank.address.classes_)
             probs = [{c: float(p) for c, p in zip(classes, row)} for row in proba]
-            # Word statistics only (no model): cheap enough to run on the event loop, like routing.
-            verdicts = snap.bank.check_scope(requests) if cfg.scope else [None] * len(requests)
+            # The scope check runs a sentence encoder (milliseconds per request): off the event loop, so that
+            # other connections are served meanwhile. Routing is word statistics only and stays on it.
+            verdicts = (await asyncio.to_thread(snap.bank.check_scope, requests) if cfg.scope
+                        else [None] * len(requests))
         route_s = (time.perf_counter() - t0) / len(requests)
         self.metrics.route_seconds.observe(route_s)
 

