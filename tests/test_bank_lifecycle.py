@@ -260,6 +260,15 @@ def test_scope_eval_without_a_bank_measures_the_detector_a_bank_would_hold(tmp_p
     for key in ("threshold", "in_domain", "off_domain", "curve"):
         assert results["stream"][key] == results["bank"][key], key
 
+    r = invoke("scope", "eval", "--stream", tmp_path / "stream", "--offdomain", offdomain, "--scope-encoder", "none",
+               "--out", tmp_path / "words")
+    assert r.exit_code == 0, r.output
+    words = json.loads((tmp_path / "words" / "scope.json").read_text())
+    assert words["params"]["encoder"] is None and words["threshold"] == detector_for_stream(
+        small_stream, encoder=None).threshold_
+    r = invoke("scope", "eval", tmp_path / "bank", "--stream", tmp_path / "stream", "--offdomain", offdomain,
+               "--scope-encoder", "none", "--out", tmp_path / "both")
+    assert r.exit_code == 2 and "--scope-encoder chooses" in r.output
     r = invoke("scope", "eval", "--offdomain", offdomain, "--out", tmp_path / "none")
     assert r.exit_code == 2 and "give a BANK, or --stream" in " ".join(r.output.split())
     for f in ("scope.json", "scope.npz"):

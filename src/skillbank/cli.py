@@ -788,6 +788,8 @@ def scope_eval(
     offdomain: List[Path] = typer.Option(..., "--offdomain", help="Off domain: JSONL of {request, category} "
                                          "(repeatable), e.g. tests/fixtures/offdomain.jsonl."),
     out_dir: Path = typer.Option(..., "--out", help="Output directory: scope.json, scope.md, scope.png."),
+    scope_encoder: Optional[str] = typer.Option(None, help="Without a BANK: the fitted detector's sentence encoder "
+                                                "(default 'minilm'; 'none' for word statistics alone)."),
 ):
     """Kept in-domain vs refused off-domain requests at the detector's threshold, and the trade-off curve."""
     from skillbank.data.records import iter_jsonl, read_records
@@ -796,13 +798,18 @@ def scope_eval(
     from skillbank.memory.bank import SkillBank
     from skillbank.report.scope import detector_for_stream, evaluate_scope, render_markdown, write
     stream = Stream.load(stream_dir) if stream_dir is not None else None
+    if bank is not None and scope_encoder is not None:
+        raise typer.BadParameter("--scope-encoder chooses the detector fitted on --stream; a BANK has its own")
     if bank is not None:
         opened = SkillBank.open_offline(bank)
         if opened.scope is None:
             raise typer.BadParameter(f"{bank} has no scope statistics; add them with `skillbank scope fit`")
         det, source = opened.scope, str(bank)
     elif stream is not None:
-        det, source = detector_for_stream(stream), f"stream {stream_dir} (fitted on its training requests, no bank)"
+        params = {} if scope_encoder is None else {
+            "encoder": None if scope_encoder.strip().lower() == "none" else scope_encoder}
+        det, source = (detector_for_stream(stream, **params),
+                       f"stream {stream_dir} (fitted on its training requests, no bank)")
     else:
         raise typer.BadParameter("give a BANK, or --stream to measure the detector a bank learning it would hold")
     in_domain = {}
