@@ -165,8 +165,11 @@ def test_state_saved_before_the_encoder_loads_as_word_statistics(tmp_path):
 def test_a_family_of_one_request_has_no_leave_one_out_embedding_score():
     det = ScopeDetector().partial_fit(["skip this song"], "music").partial_fit(MAPS, "maps")
     assert np.isnan(det.train_embedding_scores_["music"]).all()
-    assert np.isfinite(det.threshold_)
+    assert np.isfinite(det.threshold_) and np.isfinite(det.training_scores()).all()
     assert np.isfinite(det.score(["skip this song"])).all()
+    # no family with two requests: the words alone set the threshold, which stays a number
+    lone = ScopeDetector().partial_fit(["skip this song"], "music").partial_fit(["route me home"], "maps")
+    assert np.isfinite(lone.threshold_)
 
 
 def test_scope_evidence_script_prints_every_pair_and_score(tmp_path, small_stream, capsys, monkeypatch):

@@ -278,17 +278,18 @@ class ScopeDetector:
         quantile of)."""
         if not self.train_scores_:
             raise SelectorError("scope detector has not learned any family yet")
-        kept = np.concatenate([self.train_scores_[k] for k in self.classes_])
-        if self.encoder is not None:
-            kept = self._combine(kept, np.concatenate([self.train_embedding_scores_[k] for k in self.classes_]))
-            kept = kept[~np.isnan(kept)]  # a family's only request has no leave-one-out embedding score
-        return kept
+        words = np.concatenate([self.train_scores_[k] for k in self.classes_])
+        if self.encoder is None:
+            return words
+        embedding = np.concatenate([self.train_embedding_scores_[k] for k in self.classes_])
+        (mw, sw), _ = self._training_scales()
+        # A family's only request has no leave-one-out embedding score: its words stand for both experts.
+        return np.where(np.isnan(embedding), (words - mw) / sw, self._combine(words, embedding))
 
     @property
     def threshold_(self) -> float:
         if self._threshold is None:
-            kept = self.training_scores()
-            self._threshold = float(np.quantile(kept, self.quantile)) if len(kept) else -np.inf
+            self._threshold = float(np.quantile(self.training_scores(), self.quantile))
         return self._threshold
 
     def _family_scores(self, X: sp.csr_matrix, c: int, leave_one_out: bool = False) -> np.ndarray:
