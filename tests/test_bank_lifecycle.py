@@ -300,9 +300,13 @@ def test_a_missing_sentence_encoder_is_named_before_any_training(tmp_path, base,
 
     from skillbank.cli import app
     r = CliRunner().invoke(app, ["create", str(tmp_path / "cli"), "--base", str(tiny_model_dir),
-                                 "--scope-encoder", "none"])
+                                 "--scope-encoder", "none", "--scope-quantile", "0.05"])
     assert r.exit_code == 0, r.output
-    assert json.loads((tmp_path / "cli" / "bank.json").read_text())["scope_params"]["encoder"] is None
+    params = json.loads((tmp_path / "cli" / "bank.json").read_text())["scope_params"]
+    assert params["encoder"] is None and params["quantile"] == 0.05
+    r = CliRunner().invoke(app, ["create", str(tmp_path / "cli3"), "--base", str(tiny_model_dir),
+                                 "--scope-encoder", "none", "--scope-quantile", "0.7"])
+    assert r.exit_code != 0 and "quantile must be in [0, 0.5)" in r.output
     r = CliRunner().invoke(app, ["create", str(tmp_path / "cli2"), "--base", str(tiny_model_dir)])
     assert r.exit_code != 0 and "--scope-encoder none" in " ".join(r.output.split())
     words_only = SkillBank.create(tmp_path / "words", base=base, scope_params={"encoder": None})

