@@ -193,3 +193,16 @@ def test_scope_evidence_script_prints_every_pair_and_score(tmp_path, small_strea
     for row in rows:
         auc = float(row.split(" | ")[2])
         assert 0.0 <= auc <= 1.0
+
+
+def test_statistics_from_other_encoder_weights_are_refused(tmp_path):
+    det = fitted(encoder="minilm")
+    assert det.encoder_digest_.startswith("sha256:")
+    det.save(tmp_path / "s")
+    back = ScopeDetector.load(tmp_path / "s")
+    assert back.encoder_digest_ == det.encoder_digest_
+    back.encoder_digest_ = "sha256:" + "0" * 64  # as if made with another version of the encoder
+    with pytest.raises(SelectorError, match="another version"):
+        back.score(["skip this song"])
+    with pytest.raises(SelectorError, match="other encoder weights"):
+        ScopeDetector(encoder="minilm").partial_fit(MAPS, "maps").add_family(back, "music")

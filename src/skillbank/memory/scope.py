@@ -129,6 +129,7 @@ class ScopeDetector:
         self.embedding_sum_ = np.zeros((0, 0))
         self.embedding_count_ = np.zeros(0)
         self.train_embedding_scores_: dict[str, np.ndarray] = {}
+        self.encoder_digest_: str | None = None  # the weights the embedding statistics were made with
         # Derived once per state and reset by every update (partial_fit, forget, add_family): scoring a request
         # must not redo work that grows with the number of families K.
         self._weights = None  # (n_features, n_classes) sparse log1p weights
@@ -155,7 +156,14 @@ class ScopeDetector:
 
     def _embed(self, requests: Sequence[str]) -> np.ndarray:
         from skillbank.memory.selectors.embedding import get_encoder
-        return get_encoder(self.encoder).encode(list(requests)).astype(np.float64)
+        encoder = get_encoder(self.encoder)
+        if self.encoder_digest_ is None:
+            self.encoder_digest_ = encoder.digest
+        elif encoder.digest != self.encoder_digest_:
+            raise SelectorError(f"these scope statistics were made with the encoder {self.encoder!r} at "
+                                f"{self.encoder_digest_[:19]}..., but it loads as {encoder.digest[:19]}... now (another "
+                                "version?); reinstall that version, or refit every family with `skillbank scope fit`")
+        return encoder.encode(list(requests)).astype(np.float64)
 
     # -- learning ----------------------------------------------------------------------------
     def partial_fit(self, requests: Sequence[str], label: str, catalog_docs: Sequence[str] = ()) -> "ScopeDetector":
@@ -225,6 +233,7 @@ class ScopeDetector:
         if self.encoder is not None:
             one.embedding_sum_, one.embedding_count_ = self.embedding_sum_[[i]], self.embedding_count_[[i]]
             one.train_embedding_scores_ = {label: self.train_embedding_scores_[label]}
+            one.encoder_digest_ = self.encoder_digest_
         return one
 
     def add_family(self, other: "ScopeDetector", source: str, label: str | None = None) -> "ScopeDetector":
@@ -242,6 +251,12 @@ class ScopeDetector:
             self.background_ = other.background_
         elif not np.array_equal(self.background_, other.background_):
             raise SelectorError("scope statistics made with another English word list (wordfreq version)")
+        if self.encoder is not None:
+            if self.encoder_digest_ is None:
+                self.encoder_digest_ = other.encoder_digest_
+            elif other.encoder_digest_ != self.encoder_digest_:
+                raise SelectorError(f"scope statistics made with other encoder weights ({other.encoder_digest_}, "
+                                    f"here {self.encoder_digest_})")
         j = other.classes_.index(source)
         self.classes_.append(label)
         self.counts_ = sp.vstack([self.counts_, other.counts_[[j]]]).tocsr()
@@ -366,6 +381,8 @@ class ScopeDetector:
             arrays.update({f"embedding_loo_{i}": self.train_embedding_scores_[k] for i, k in enumerate(self.classes_)})
         np.savez(directory / SCOPE_ARRAYS, **arrays)  # uncompressed, as the router's: see Selector.save
         meta = {"format": SCOPE_FORMAT, "params": self.get_params(), "classes": self.classes_}
+        if self.encoder is not None:
+            meta["encoder_digest"] = self.encoder_digest_
         (directory / SCOPE_FILE).write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
 
     @classmethod
@@ -375,6 +392,7 @@ class ScopeDetector:
         # State saved before the encoder existed holds word statistics alone.
         det = cls(**{"encoder": None, **meta.get("params", {})})
         det.classes_ = list(meta.get("classes", []))
+        det.encoder_digest_ = meta.get("encoder_digest")
         try:
             with np.load(directory / SCOPE_ARRAYS) as z:
                 det.counts_ = sp.csr_matrix((z["data"], z["indices"], z["indptr"]),

@@ -76,6 +76,16 @@ class SentenceEncoder:
         # Optional memo text -> vector, for evaluations that route the same held-out requests after every
         # prefix. Off by default: a deployed router should not hold requests, even in memory.
         self.memo: dict[str, np.ndarray] | None = None
+        self._digest: str | None = None
+
+    @property
+    def digest(self) -> str:
+        """``sha256:...`` of the encoder's weights (computed once, ~0.3 s): statistics made with one encoder
+        must not be scored with another."""
+        if self._digest is None:
+            from skillbank.model.base import weights_digest
+            self._digest = weights_digest(self.model)
+        return self._digest
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
