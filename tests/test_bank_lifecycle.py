@@ -313,3 +313,29 @@ def test_a_missing_sentence_encoder_is_named_before_any_training(tmp_path, base,
     monkeypatch.undo()
     learn(words_only, small_stream, k1)
     assert words_only.scope.encoder is None and words_only.check_scope(held_out(small_stream, k1))[0].in_scope
+
+
+def test_scope_statistics_of_another_encoder_are_refused_then_refit(tmp_path, base, small_stream):
+    from skillbank.errors import SelectorError
+    k1, k2 = small_stream.family_keys[:2]
+    bank = SkillBank.create(tmp_path / "bank", base=base)
+    for k in (k1, k2):
+        learn(bank, small_stream, k)
+    meta_path = tmp_path / "bank" / bank.manifest.address_dir / "scope.json"
+    meta = json.loads(meta_path.read_text())
+    meta["encoder_digest"] = "sha256:" + "0" * 64  # as if made with another version of the encoder
+    meta_path.write_text(json.dumps(meta))
+    reopened = SkillBank.open(tmp_path / "bank", base=base)
+    with pytest.raises(SelectorError, match="skillbank scope fit"):
+        reopened.check_scope(held_out(small_stream, k1))
+    trained = []
+    reopened.execution.train_shard = lambda *a, **k: trained.append(a)
+    with pytest.raises(BankError, match="refit them first"):  # before any training
+        learn(reopened, small_stream, small_stream.family_keys[2])
+    assert not trained
+    del reopened.execution.train_shard
+    reopened.fit_scope(k1, small_stream.train[k1])  # starts over with the installed encoder
+    assert reopened.scope.classes_ == [k1]
+    assert reopened.check_scope(["x"])[0].in_scope is None  # k2 not refit yet: cannot tell
+    reopened.fit_scope(k2, small_stream.train[k2])
+    np.testing.assert_allclose(reopened.scope.score(OFF_DOMAIN), bank.scope.score(OFF_DOMAIN))

@@ -334,6 +334,10 @@ class SkillBank:
         if imported is None and (self.scope is not None or not self.manifest.address_dir):
             # the scope statistics are made after the training: a missing encoder must stop us before it
             (self.scope or ScopeDetector(**self.manifest.scope_params)).check_encoder()
+            if self.scope is not None and self.scope.made_with_other_encoder_weights():
+                raise BankError("this bank's scope statistics were made with other weights of the sentence "
+                                f"encoder {self.scope.encoder!r} than the installed ones; refit them first "
+                                "(`skillbank scope fit BANK --family F --data F.jsonl` for each family)")
         self._remove_orphans()
         index = self._next_index()
         shard_rel = f"shards/{index:04d}-{family}"
@@ -641,11 +645,15 @@ class SkillBank:
         return self._publish_shard(family, None, None, entry.skills, [], imported=imported)
 
     def fit_scope(self, family: str, records: Sequence[Record]) -> None:
-        """Add scope statistics for a family of a bank learned before out-of-scope detection existed
-        (its shard and routing are unchanged). Once every family has them, out-of-scope detection is on."""
+        """Add scope statistics for a family of a bank learned before out-of-scope detection existed, or
+        refit them (after the sentence encoder changed: the others are then dropped, to be refit in turn).
+        Its shard and routing are unchanged. Once every family has them, out-of-scope detection is on."""
         entry = self._entry(family)
         address, scope = self._address_copy()
         scope = scope or ScopeDetector(**self.manifest.scope_params)
+        if scope.made_with_other_encoder_weights():
+            # embeddings of two encoders cannot share one scale: start over, family by family
+            scope = ScopeDetector(**scope.get_params())
         if family in scope.classes_:
             scope.forget(family)
         scope.partial_fit([r.request for r in records], family, catalog_text(read_skills_specs(self.root / entry.dir)))

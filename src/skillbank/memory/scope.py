@@ -154,6 +154,13 @@ class ScopeDetector:
         if self.encoder == MINILM:
             minilm_dir()
 
+    def made_with_other_encoder_weights(self) -> bool:
+        """True when the embedding statistics were made with weights other than the installed encoder's."""
+        if self.encoder is None or self.encoder_digest_ is None:
+            return False
+        from skillbank.memory.selectors.embedding import get_encoder
+        return get_encoder(self.encoder).digest != self.encoder_digest_
+
     def _embed(self, requests: Sequence[str]) -> np.ndarray:
         from skillbank.memory.selectors.embedding import get_encoder
         encoder = get_encoder(self.encoder)
