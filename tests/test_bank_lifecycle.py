@@ -27,6 +27,14 @@ def other_base(tiny_model_dir):
     return load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False)
 
 
+def invoke(*args, input=None):
+    """The CLI in-process (typer's runner), arguments as strings."""
+    from typer.testing import CliRunner
+
+    from skillbank.cli import app
+    return CliRunner().invoke(app, [str(a) for a in args], input=input, catch_exceptions=False)
+
+
 def learn(bank, stream, key):
     return bank.learn(key, stream.train[key], CFG, catalog=stream.catalog, progress=False)
 
@@ -185,13 +193,7 @@ def test_scope_fit_upgrades_a_bank_without_scope_statistics(tmp_path, base, othe
 
 
 def test_lifecycle_through_the_cli(tmp_path, base, small_stream):
-    from typer.testing import CliRunner
-
-    from skillbank.cli import app
     from skillbank.data.records import write_records
-
-    def invoke(*args, input=None):
-        return CliRunner().invoke(app, [str(a) for a in args], input=input, catch_exceptions=False)
 
     k1, k2 = small_stream.family_keys[:2]
     bank = SkillBank.create(tmp_path / "bank", base=base)
@@ -231,13 +233,7 @@ def test_lifecycle_through_the_cli(tmp_path, base, small_stream):
 
 
 def test_scope_eval_without_a_bank_measures_the_detector_a_bank_would_hold(tmp_path, base, small_stream):
-    from typer.testing import CliRunner
-
-    from skillbank.cli import app
     from skillbank.report.scope import detector_for_stream
-
-    def invoke(*args):
-        return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
 
     bank = SkillBank.create(tmp_path / "bank", base=base)
     for k in small_stream.family_keys:
@@ -296,18 +292,15 @@ def test_a_missing_sentence_encoder_is_named_before_any_training(tmp_path, base,
     with pytest.raises(SelectorError, match="encoder': None"):
         SkillBank.create(tmp_path / "other", base=base)
     # word statistics alone need no encoder, from the CLI too
-    from typer.testing import CliRunner
-
-    from skillbank.cli import app
-    r = CliRunner().invoke(app, ["create", str(tmp_path / "cli"), "--base", str(tiny_model_dir),
-                                 "--scope-encoder", "none", "--scope-quantile", "0.05"])
+    r = invoke("create", tmp_path / "cli", "--base", tiny_model_dir, "--scope-encoder", "none",
+               "--scope-quantile", "0.05")
     assert r.exit_code == 0, r.output
     params = json.loads((tmp_path / "cli" / "bank.json").read_text())["scope_params"]
     assert params["encoder"] is None and params["quantile"] == 0.05
-    r = CliRunner().invoke(app, ["create", str(tmp_path / "cli3"), "--base", str(tiny_model_dir),
-                                 "--scope-encoder", "none", "--scope-quantile", "0.7"])
+    r = invoke("create", tmp_path / "cli3", "--base", tiny_model_dir, "--scope-encoder", "none",
+               "--scope-quantile", "0.7")
     assert r.exit_code != 0 and "quantile must be in [0, 0.5)" in r.output
-    r = CliRunner().invoke(app, ["create", str(tmp_path / "cli2"), "--base", str(tiny_model_dir)])
+    r = invoke("create", tmp_path / "cli2", "--base", tiny_model_dir)
     assert r.exit_code != 0 and "--scope-encoder none" in " ".join(r.output.split())
     words_only = SkillBank.create(tmp_path / "words", base=base, scope_params={"encoder": None})
     monkeypatch.undo()

@@ -392,6 +392,11 @@ def _train_config(config: Optional[Path], epochs: Optional[int], target_format: 
     return TrainConfig.from_dict(train)
 
 
+def _scope_encoder(value: str) -> str | None:
+    """A ``--scope-encoder`` value: 'none' is the word statistics alone."""
+    return None if value.strip().lower() == "none" else value
+
+
 @app.command()
 @friendly_errors
 def create(bank: Path = typer.Argument(..., help="Directory of the new bank."),
@@ -406,9 +411,8 @@ def create(bank: Path = typer.Argument(..., help="Directory of the new bank."),
     """Create an empty skill bank for a base model."""
     from skillbank.memory.bank import SkillBank
     from skillbank.model.base import BaseModelConfig
-    encoder = None if scope_encoder.strip().lower() == "none" else scope_encoder
     SkillBank.create(bank, base_config=BaseModelConfig(name=base, threads=threads),
-                     scope_params={"encoder": encoder, "quantile": scope_quantile})
+                     scope_params={"encoder": _scope_encoder(scope_encoder), "quantile": scope_quantile})
     err.print(f"created {bank} on base {base}")
 
 
@@ -809,8 +813,7 @@ def scope_eval(
             raise typer.BadParameter(f"{bank} has no scope statistics; add them with `skillbank scope fit`")
         det, source = opened.scope, str(bank)
     elif stream is not None:
-        params = {} if scope_encoder is None else {
-            "encoder": None if scope_encoder.strip().lower() == "none" else scope_encoder}
+        params = {} if scope_encoder is None else {"encoder": _scope_encoder(scope_encoder)}
         det, source = (detector_for_stream(stream, **params),
                        f"stream {stream_dir} (fitted on its training requests, no bank)")
     else:

@@ -136,6 +136,7 @@ class ScopeDetector:
         self._weights = None  # (n_features, n_classes) sparse log1p weights
         self._threshold = None  # quantile of every family's kept scores (K x requests values)
         self._scales = None  # (median, scale) of the word and the embedding training scores
+        self._unit_means = None  # (n_classes, d) family mean embeddings, unit length
 
     def get_params(self) -> dict:
         return {"lam": self.lam, "quantile": self.quantile, "n_features": self.n_features, "language": self.language,
@@ -147,7 +148,7 @@ class ScopeDetector:
         return "its words" if self.encoder is None else "its words and its sentence embedding"
 
     def _reset_derived(self) -> None:
-        self._weights = self._threshold = self._scales = None
+        self._weights = self._threshold = self._scales = self._unit_means = None
 
     def check_encoder(self) -> None:
         """Fail now, not after a shard's training, when the shipped encoder this detector needs is missing."""
@@ -165,12 +166,11 @@ class ScopeDetector:
     def _embed(self, requests: Sequence[str]) -> np.ndarray:
         from skillbank.memory.selectors.embedding import get_encoder
         encoder = get_encoder(self.encoder)
-        if self.encoder_digest_ is None:
-            self.encoder_digest_ = encoder.digest
-        elif encoder.digest != self.encoder_digest_:
+        if self.made_with_other_encoder_weights():
             raise SelectorError(f"these scope statistics were made with the encoder {self.encoder!r} at "
                                 f"{self.encoder_digest_[:19]}..., but it loads as {encoder.digest[:19]}... now (another "
                                 "version?); reinstall that version, or refit every family with `skillbank scope fit`")
+        self.encoder_digest_ = encoder.digest
         return encoder.encode(list(requests)).astype(np.float64)
 
     # -- learning ----------------------------------------------------------------------------
@@ -356,8 +356,9 @@ class ScopeDetector:
             raise SelectorError("this scope detector has no encoder (encoder=None)")
         if not self.classes_:
             raise SelectorError("scope detector has not learned any family yet")
-        means = self.embedding_sum_ / np.linalg.norm(self.embedding_sum_, axis=1, keepdims=True)
-        return self._embed(requests) @ means.T
+        if self._unit_means is None:
+            self._unit_means = self.embedding_sum_ / np.linalg.norm(self.embedding_sum_, axis=1, keepdims=True)
+        return self._embed(requests) @ self._unit_means.T
 
     def score(self, requests: Sequence[str]) -> np.ndarray:
         """Per request and family, shape (n_requests, n_classes), columns in ``classes_`` order: the word

@@ -2,10 +2,11 @@
 
 The detector is a bank's, or the one a bank learning a stream would hold (:func:`detector_for_stream`:
 the same statistics, built in seconds without training a shard). Every request of every set is scored by
-the scope detector (:mod:`skillbank.memory.scope`; no generation, so this is cheap). In-domain sets (a stream's held-out requests, hand-written paraphrases) give
-the acceptance rate, off-domain sets (requests no family covers, with a ``category``) the refusal rate, at
-the detector's own threshold (chosen on its training requests) and along a sweep of thresholds: the trade-off
-curve. The threshold is never fitted to these sets here; the curve shows what another one would give.
+the scope detector (:mod:`skillbank.memory.scope`; no generation, so this is cheap). In-domain sets (a
+stream's held-out requests, hand-written paraphrases) give the acceptance rate, off-domain sets (requests
+no family covers, with a ``category``) the refusal rate, at the detector's own threshold (chosen on its
+training requests) and along a sweep of thresholds: the trade-off curve. The threshold is never fitted to
+these sets here; the curve shows what another one would give.
 """
 from __future__ import annotations
 
