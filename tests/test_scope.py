@@ -206,3 +206,21 @@ def test_statistics_from_other_encoder_weights_are_refused(tmp_path):
         back.score(["skip this song"])
     with pytest.raises(SelectorError, match="other encoder weights"):
         ScopeDetector(encoder="minilm").partial_fit(MAPS, "maps").add_family(back, "music")
+
+
+def test_scope_report_names_the_refused_in_domain_and_accepted_off_domain_requests():
+    from skillbank.report.scope import evaluate_scope, render_markdown
+
+    det = fitted()
+    inside = ["skip to the next song", "who wrote Hamlet", "how long is the drive to Bern"]
+    outside = [("asdf", "general_question"), ("play some jazz", "missing_tool")]
+    result = evaluate_scope(det, {"hand": inside}, {"off": outside}, source="test")
+    s_in, s_out = det.score(inside).max(axis=1), det.score([r for r, _ in outside]).max(axis=1)
+    refused = [r for r, v in sorted(zip(inside, s_in), key=lambda t: t[1]) if v < det.threshold_]
+    accepted = [r for (r, _), v in sorted(zip(outside, s_out), key=lambda t: -t[1]) if v >= det.threshold_]
+    assert refused == ["who wrote Hamlet"] and accepted == ["play some jazz"]  # the cases built in
+    assert result["in_domain"]["hand"]["refused_examples"] == refused
+    assert result["off_domain"]["off"]["accepted_examples"] == accepted
+    md = render_markdown(result)
+    assert "In-domain requests of hand refused" in md and "- what a lovely afternoon it is" in md
+    assert "Off-domain requests of off still accepted" in md and "- play some jazz" in md

@@ -43,8 +43,10 @@ def evaluate_scope(det: ScopeDetector, in_domain: dict[str, Sequence[str]],
               "threshold": threshold, "train_requests": int(len(loo)), "in_domain": {}, "off_domain": {},
               "thresholds_by_quantile": {str(q): float(np.quantile(loo, q)) for q in quantiles}}
     for name, s in scores.items():
-        result["in_domain"][name] = {"n": int(len(s)), "accepted": float((s >= threshold).mean()),
-                                     "scores": s.tolist()}
+        result["in_domain"][name] = {
+            "n": int(len(s)), "accepted": float((s >= threshold).mean()), "scores": s.tolist(),
+            "refused_examples": [req for req, v in sorted(zip(in_domain[name], s), key=lambda t: t[1])
+                                 if v < threshold][:10]}
     for name, pairs in off_domain.items():
         s = off_scores[name]
         by_cat = defaultdict(list)
@@ -85,6 +87,10 @@ def render_markdown(result: dict) -> str:
         refused = [np.mean(np.array(e["scores"]) < t) for e in result["off_domain"].values()]
         lines.append(f"| {float(q):.1%} | {t:.2f} | " + " | ".join(f"{k:.1%}" for k in kept) + " | "
                      + " | ".join(f"{r:.1%}" for r in refused) + " |")
+    for name, e in result["in_domain"].items():
+        if e["refused_examples"]:
+            lines += ["", f"In-domain requests of {name} refused (lowest scores first):", ""]
+            lines += [f"- {r}" for r in e["refused_examples"]]
     for name, e in result["off_domain"].items():
         if e["accepted_examples"]:
             lines += ["", f"Off-domain requests of {name} still accepted (highest scores first):", ""]
