@@ -218,9 +218,9 @@ def test_scope_report_names_the_refused_in_domain_and_accepted_off_domain_reques
     s_in, s_out = det.score(inside).max(axis=1), det.score([r for r, _ in outside]).max(axis=1)
     refused = [r for r, v in sorted(zip(inside, s_in), key=lambda t: t[1]) if v < det.threshold_]
     accepted = [r for (r, _), v in sorted(zip(outside, s_out), key=lambda t: -t[1]) if v >= det.threshold_]
-    assert refused == ["who wrote Hamlet"] and accepted == ["play some jazz"]  # the cases built in
+    assert refused == ["who wrote Hamlet"] and accepted[0] == "play some jazz"  # highest first
     assert result["in_domain"]["hand"]["refused_examples"] == refused
     assert result["off_domain"]["off"]["accepted_examples"] == accepted
     md = render_markdown(result)
-    assert "In-domain requests of hand refused" in md and "- what a lovely afternoon it is" in md
+    assert "In-domain requests of hand refused" in md and "- who wrote Hamlet" in md
     assert "Off-domain requests of off still accepted" in md and "- play some jazz" in md
