@@ -332,3 +332,41 @@ def test_scope_statistics_of_another_encoder_are_refused_then_refit(tmp_path, ba
     assert reopened.check_scope(["x"])[0].in_scope is None  # k2 not refit yet: cannot tell
     reopened.fit_scope(k2, small_stream.train[k2])
     np.testing.assert_allclose(reopened.scope.score(OFF_DOMAIN), bank.scope.score(OFF_DOMAIN))
+
+
+def test_a_bank_routed_by_the_embedding_router(tmp_path, base, small_stream, tiny_model_dir, monkeypatch):
+    from skillbank.memory.address import make_selector
+
+    r = invoke("create", tmp_path / "bank", "--base", tiny_model_dir, "--address", "embed-lda-nb")
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "bank" / "bank.json").read_text())["address_kind"] == "embed-lda-nb"
+    r = invoke("create", tmp_path / "other", "--base", tiny_model_dir, "--address", "tfidf-logreg")
+    assert r.exit_code == 2 and "choose one of" in r.output and not (tmp_path / "other").exists()
+
+    bank = SkillBank.open(tmp_path / "bank", base=base)
+    k1, k2 = small_stream.family_keys[:2]
+    learn(bank, small_stream, k1)
+    learn(bank, small_stream, k2)
+    # routes exactly as the router fitted on the same requests, stage by stage
+    same = make_selector("embed-lda-nb")
+    for k in (k1, k2):
+        same.partial_fit([r.request for r in small_stream.train[k]], k)
+    requests = held_out(small_stream, k1, k2)
+    np.testing.assert_allclose(bank.address.predict_proba(requests), same.predict_proba(requests), rtol=1e-9)
+    assert bank.address.encoder_digest_ == same.encoder_digest_
+    plans = bank.plan(requests[:2], max_new_tokens=MAX_NEW, scope=False)
+    assert [p.shard for p in plans] == same.predict(requests[:2])
+
+    # what a pooled covariance cannot do is refused before anything is trained or written
+    before = sorted(p.relative_to(tmp_path / "bank") for p in (tmp_path / "bank").rglob("*"))
+    trained = []
+    monkeypatch.setattr(bank.execution, "train_shard", lambda *a, **k: trained.append(a))
+    with pytest.raises(BankError, match="cannot forget 't1.*pools its statistics.*--address hashing-nb"):
+        bank.forget(k1)
+    with pytest.raises(BankError, match="cannot relearn"):
+        bank.relearn(k1, small_stream.train[k1], CFG, catalog=small_stream.catalog, progress=False)
+    with pytest.raises(BankError, match="supported for 'hashing-nb'"):
+        bank.export_family(k1, tmp_path / "k1.family")
+    assert not trained and sorted(p.relative_to(tmp_path / "bank") for p in (tmp_path / "bank").rglob("*")) == before
+    r = invoke("forget", tmp_path / "bank", k1)
+    assert r.exit_code != 0 and "cannot forget" in " ".join(r.output.split())

@@ -93,6 +93,29 @@ def test_embedding_router_interface_save_load_no_requests(tmp_path, small_stream
     assert lone.nb_ is None and lone.predict_proba(reqs).shape == (len(reqs), 5)
 
 
+def test_embedding_router_refuses_statistics_of_other_encoder_weights(tmp_path, small_stream):
+    import json
+    sel = stage_fit(make_selector("embed-lda-nb"), small_stream, small_stream.family_keys[:2])
+    assert sel.encoder_digest_.startswith("sha256:")
+    sel.save(tmp_path / "router")
+    back = load_selector(tmp_path / "router")
+    assert back.encoder_digest_ == sel.encoder_digest_
+    back.encoder_digest_ = "sha256:" + "0" * 64  # as if made by another version of the encoder
+    with pytest.raises(SelectorError, match="another version"):
+        back.predict(["book a table for two"])
+    with pytest.raises(SelectorError, match="another version"):
+        back.check_encoder()
+    # state saved before the digest was recorded still loads, and records it on first use
+    state = tmp_path / "router" / "selector.json"
+    meta = json.loads(state.read_text())
+    del meta["state"]["encoder_digest"]
+    state.write_text(json.dumps(meta))
+    old = load_selector(tmp_path / "router")
+    assert old.encoder_digest_ is None
+    old.predict(["book a table for two"])
+    assert old.encoder_digest_ == sel.encoder_digest_
+
+
 # -- model-based selectors on a tiny bank ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_bank(tmp_path_factory, tiny_model_dir, small_stream):

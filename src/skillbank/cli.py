@@ -392,6 +392,10 @@ def _train_config(config: Optional[Path], epochs: Optional[int], target_format: 
     return TrainConfig.from_dict(train)
 
 
+# The replay-free text routers a bank can be created with (the model-based selectors need a bank to score).
+BANK_ADDRESS_KINDS = ("hashing-nb", "embed-lda-nb")
+
+
 def _scope_encoder(value: str) -> str | None:
     """A ``--scope-encoder`` value: 'none' is the word statistics alone."""
     return None if value.strip().lower() == "none" else value
@@ -407,13 +411,19 @@ def create(bank: Path = typer.Argument(..., help="Directory of the new bank."),
                                              "Face id, or 'none' for word statistics alone."),
            scope_quantile: float = typer.Option(0.01, help="Fraction of training requests the out-of-scope "
                                                 "threshold would refuse (larger for families with few, varied "
-                                                "requests).")):
+                                                "requests)."),
+           address: str = typer.Option("hashing-nb", help="The router: 'hashing-nb' (FSM's Address Memory, the "
+                                       "paper's) or 'embed-lda-nb' (adds MiniLM sentence embeddings: routes "
+                                       "hand-written requests better, but cannot forget, relearn or export a "
+                                       "family).")):
     """Create an empty skill bank for a base model."""
     from skillbank.memory.bank import SkillBank
     from skillbank.model.base import BaseModelConfig
-    SkillBank.create(bank, base_config=BaseModelConfig(name=base, threads=threads),
+    if address not in BANK_ADDRESS_KINDS:
+        raise typer.BadParameter(f"{address!r}; choose one of {', '.join(BANK_ADDRESS_KINDS)}", param_hint="--address")
+    SkillBank.create(bank, base_config=BaseModelConfig(name=base, threads=threads), address_kind=address,
                      scope_params={"encoder": _scope_encoder(scope_encoder), "quantile": scope_quantile})
-    err.print(f"created {bank} on base {base}")
+    err.print(f"created {bank} on base {base}, router {address}")
 
 
 @app.command()
@@ -706,6 +716,8 @@ def forget(bank: Path = typer.Argument(..., help="The bank."),
     from skillbank.memory.bank import SkillBank
     sb = SkillBank.open_offline(bank)
     sb._entry(family)  # an unknown family fails before the question
+    if len(sb.shard_names) > 1:  # and so does a router that cannot remove its statistics
+        sb.check_exact_forget(family, "forget")
     if not yes and not keep:
         typer.confirm(f"delete family {family!r} and its shard files from {bank}?", abort=True)
     sb.forget(family, keep_files=keep)

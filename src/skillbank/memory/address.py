@@ -52,6 +52,7 @@ class HashingNBAddress(Selector):
 
     kind = "hashing-nb"
     replay_free = True
+    can_forget = True
 
     def __init__(self, n_features: int = 2**18, alpha: float = 0.01, ngram_range: tuple[int, int] | list = (1, 2),
                  prior: str = "uniform", lowercase: bool = True):

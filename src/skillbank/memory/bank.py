@@ -33,6 +33,7 @@ from skillbank.errors import BankError, RecordError, SelectorError
 from skillbank.jsonfile import read_json
 from skillbank.memory.address import HashingNBAddress, Selector, load_selector, make_selector
 from skillbank.memory.scope import ScopeDetector, catalog_text
+from skillbank.memory.selector import selector_class
 from skillbank.memory.shard_files import dir_digests, shard_file_problems
 
 BANK_FORMAT = 1
@@ -194,6 +195,7 @@ class SkillBank:
         # Every setting written out: a later default must not change what this bank's detector is.
         scope_probe = ScopeDetector(**(scope_params or {}))
         scope_probe.check_encoder()
+        probe.check_encoder()
         scope_params = scope_probe.get_params()
         if not probe.replay_free:
             raise BankError(f"address kind {address_kind!r} keeps requests; a bank's Address Memory must be replay-free")
@@ -331,6 +333,8 @@ class SkillBank:
         imported: {"dir": a shard directory to copy, "address": Address statistics, "scope": ...} (import).
         """
         from skillbank.train.executor import common_prefix
+        if imported is None:  # the router's statistics too are made after the training
+            (self.address or make_selector(self.manifest.address_kind, **self.manifest.address_params)).check_encoder()
         if imported is None and (self.scope is not None or not self.manifest.address_dir):
             # the scope statistics are made after the training: a missing encoder must stop us before it
             (self.scope or ScopeDetector(**self.manifest.scope_params)).check_encoder()
@@ -541,6 +545,14 @@ class SkillBank:
                 return e
         raise BankError(f"{self.root} has no family {family!r}; it has {self.shard_names}")
 
+    def check_exact_forget(self, family: str, action: str) -> None:
+        """Refuse ``action`` before anything is trained or written when the Address Memory cannot remove one
+        family's statistics exactly (a pooled covariance mixes every family's)."""
+        if not selector_class(self.manifest.address_kind).can_forget:
+            raise BankError(f"cannot {action} {family!r}: this bank's Address Memory ({self.manifest.address_kind}) "
+                            "pools its statistics over families, so one family's cannot be removed exactly; "
+                            f"a bank created with the default --address {HashingNBAddress.kind} can")
+
     def forget(self, family: str, *, keep_files: str | Path | None = None) -> ShardEntry:
         """Remove a family: its shard leaves the manifest and its statistics leave the Address Memory.
 
@@ -552,8 +564,10 @@ class SkillBank:
             keep_files = Path(keep_files)
             if keep_files.exists():
                 raise BankError(f"{keep_files} already exists; give a new directory to keep the shard in")
-        address, scope = self._address_copy()
         remaining = [e for e in self.manifest.shards if e.name != family]
+        if remaining:
+            self.check_exact_forget(family, "forget")
+        address, scope = self._address_copy()
         address_rel = None
         if remaining:
             address.forget(family)
@@ -581,6 +595,7 @@ class SkillBank:
         of the old one (the old Address statistics are subtracted, the new ones added)."""
         from skillbank.train.executor import TrainConfig
         old = self._entry(family)
+        self.check_exact_forget(family, "relearn")
         catalog, records, declared = self._family_inputs(family, records, catalog, skills, replacing=True)
         if catalog is not None:
             specs = [catalog.skills[s].to_dict() for s in declared if s in catalog.skills]

@@ -65,6 +65,8 @@ class Selector(ABC):
     kind: ClassVar[str] = ""
     #: True when the selector keeps no requests (statistics only).
     replay_free: ClassVar[bool] = True
+    #: True when :meth:`forget` removes one class exactly (its state is a sum over classes).
+    can_forget: ClassVar[bool] = False
 
     classes_: list[str]
 
@@ -91,6 +93,10 @@ class Selector(ABC):
             if not isinstance(lab, str) or not lab:
                 raise SelectorError(f"labels must be non-empty strings, got {lab!r}")
         return labels
+
+    def check_encoder(self) -> None:
+        """Fail now, before a shard is trained, when something this selector embeds with is missing
+        (selectors that embed requests override it)."""
 
     def forget(self, label: str) -> "Selector":
         """Remove one class exactly, as if it had never been learned (selectors whose state is additive)."""

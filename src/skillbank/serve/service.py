@@ -176,13 +176,15 @@ class Service:
             names, probs = [shard] * len(requests), [{shard: 1.0}] * len(requests)
             verdicts = [None] * len(requests)
         else:
-            names, proba = snap.route(requests)
+            def route_and_check():
+                names, proba = snap.route(requests)
+                return names, proba, snap.bank.check_scope(requests) if cfg.scope else [None] * len(requests)
+
+            # The scope check (and the embedding router, when the bank has one) runs a sentence encoder,
+            # milliseconds per request: off the event loop, so that other connections are served meanwhile.
+            names, proba, verdicts = await asyncio.to_thread(route_and_check)
             classes = list(snap.bank.address.classes_)
             probs = [{c: float(p) for c, p in zip(classes, row)} for row in proba]
-            # The scope check runs a sentence encoder (milliseconds per request): off the event loop, so that
-            # other connections are served meanwhile. Routing is word statistics only and stays on it.
-            verdicts = (await asyncio.to_thread(snap.bank.check_scope, requests) if cfg.scope
-                        else [None] * len(requests))
         route_s = (time.perf_counter() - t0) / len(requests)
         self.metrics.route_seconds.observe(route_s)
 

@@ -166,6 +166,7 @@ class EmbeddingLDANBAddress(Selector):
 
     def reset(self) -> None:
         self.classes_ = []
+        self.encoder_digest_ = None  # the weights the statistics were made with (set by the first partial_fit)
         self.stats_.reset()
         if self.nb_ is not None:
             self.nb_.reset()
@@ -174,8 +175,23 @@ class EmbeddingLDANBAddress(Selector):
         return {"encoder": self.encoder, "prior_strength": self.prior_strength,
                 "lexical_weight": self.lexical_weight, "nb_params": self.nb_params}
 
+    def check_encoder(self) -> None:
+        """Fail now, not after a shard's training: the encoder must be installed, with the weights the
+        statistics were made with (mean embeddings of other weights route at random)."""
+        if self.encoder == MINILM:
+            minilm_dir()
+        digest = get_encoder(self.encoder).digest
+        if self.encoder_digest_ is not None and digest != self.encoder_digest_:
+            raise SelectorError(f"these routing statistics were made with the encoder {self.encoder!r} at "
+                                f"{self.encoder_digest_[:19]}..., but it loads as {digest[:19]}... now (another "
+                                "version?); reinstall that version")
+
     def embed(self, requests: Sequence[str]) -> np.ndarray:
-        return get_encoder(self.encoder).encode(check_requests(requests))
+        reqs = check_requests(requests)
+        self.check_encoder()
+        encoder = get_encoder(self.encoder)
+        self.encoder_digest_ = encoder.digest
+        return encoder.encode(reqs)
 
     def partial_fit(self, requests, labels) -> "EmbeddingLDANBAddress":
         reqs = check_requests(requests)
@@ -206,7 +222,7 @@ class EmbeddingLDANBAddress(Selector):
         return p / p.sum(axis=1, keepdims=True)
 
     def _state(self):
-        state = {"classes": self.classes_}
+        state = {"classes": self.classes_, "encoder_digest": self.encoder_digest_}
         arrays = self.stats_.arrays("g_")
         if self.nb_ is not None:
             nb_state, nb_arrays = self.nb_._state()
@@ -216,6 +232,7 @@ class EmbeddingLDANBAddress(Selector):
 
     def _set_state(self, state, arrays):
         self.classes_ = list(state.get("classes", []))
+        self.encoder_digest_ = state.get("encoder_digest")  # None in state saved before it was recorded
         self.stats_.set_arrays(self.classes_, arrays, "g_")
         if self.nb_ is not None:
             nb_state = state.get("nb", {"classes": []})
