@@ -87,3 +87,29 @@ def test_a_torn_checkpoint_is_reported_and_the_training_starts_over(tiny, tmp_pa
     got, _ = train(tiny, checkpoint=FitCheckpoint(path, every_seconds=3600))
     assert f"fit checkpoint {path} is unreadable" in capsys.readouterr().err
     assert got.loss_curve == want.loss_curve and not path.exists()
+
+
+def test_a_kept_final_checkpoint_makes_the_rerun_train_no_step(tiny, tmp_path, capsys):
+    """``keep_final``: the finished training's state stays until its owner removes it, so a process killed
+    after the training but before its result was stored (EWC's Fisher, a stage's saved state) loses nothing."""
+    want, want_weights = train(tiny)
+    tiny.remove_adapter("ckpt")
+    path = tmp_path / "fit.pt"
+    first, _ = train(tiny, checkpoint=FitCheckpoint(path, every_seconds=3600, keep_final=True))
+    saved = torch.load(path, weights_only=True)
+    assert saved["finished"] and saved["step"] == 9
+    tiny.remove_adapter("ckpt")
+
+    steps = []
+    examples, _ = build_examples(tiny, records(12), CFG, P)
+    add_lora(tiny, "ckpt", CFG, seed=7)
+    got = fit(tiny, examples, CFG, adapter="ckpt", terms=[L2Term()], seed=3, progress=False,
+              checkpoint=FitCheckpoint(path, every_seconds=3600, keep_final=True), on_step=steps.append)
+    assert f"fit checkpoint {path}: this training had finished (step 9)" in capsys.readouterr().err
+    assert steps == []  # no optimizer step ran
+    got_weights = adapter_parameters(tiny.peft, "ckpt")
+    assert all(torch.equal(got_weights[n], want_weights[n]) for n in want_weights)
+    assert (got.steps, got.loss_curve, got.term_means, got.final_loss) == (want.steps, want.loss_curve,
+                                                                          want.term_means, want.final_loss)
+    assert first.loss_curve == want.loss_curve
+    assert path.is_file()  # still its owner's to remove

@@ -420,6 +420,26 @@ def test_a_kill_inside_a_stages_training_continues_from_its_checkpoint(tmp_path,
     assert _results_without_timing(resumed) == _results_without_timing(clean)
 
 
+@pytest.mark.parametrize("method", ["ewc", "fsm"])  # a Fisher after the training; a bank's shard
+def test_a_kill_after_a_stages_training_loads_the_finished_weights(tmp_path, tiny_model_dir, capsys, method):
+    # 6 optimizer steps per stage; the kill comes right after the training's last step, before the stage's
+    # state is saved (EWC has yet to estimate its Fisher): the rerun must train no step of that stage again
+    extra = {"train": {"epochs": 3, "batch_size": 2, "rank": 4, "alpha": 8, "target_format": "compact"},
+             "runner": {"checkpoint_minutes": 1e-9}}
+    cfg = tiny_config(tiny_model_dir, [method], **extra)
+    clean = run(cfg, tmp_path / "clean", progress=False)
+    with killed_after_checkpoint(6, in_dir="stage-02"), pytest.raises(KeyboardInterrupt):
+        run(cfg, tmp_path / "resumed", progress=False)
+    stage = tmp_path / "resumed" / "methods" / method / ORDER / "stage-02"
+    assert not (stage / "train.json").exists()  # killed before the stage's state was stored
+    capsys.readouterr()
+    resumed = run(cfg, tmp_path / "resumed", progress=False)
+    err = capsys.readouterr().err
+    assert f"fit checkpoint {stage / 'fit-checkpoint.pt'}: this training had finished (step 6)" in err
+    assert not list((tmp_path / "resumed").rglob("fit-checkpoint.pt"))  # removed once each state was saved
+    assert _results_without_timing(resumed) == _results_without_timing(clean)
+
+
 def test_run_one_method_of_a_config_that_tunes_several(tmp_path, monkeypatch):
     """`skillbank run --method sft` on configs/compare.toml, as scripts/compare.sh runs it: the other methods'
     [method_params] and [method_train] blocks are left out, not refused; a config error keeps its [section]."""

@@ -46,7 +46,7 @@ def _train_one(cfg_dict: dict, family: str, records: list, prefix: str, target: 
     checkpoint = None
     if cfg.runner.checkpoint_minutes > 0:
         checkpoint = FitCheckpoint(target_dir.with_name(f"{target_dir.name}.fit.pt"),
-                                   every_seconds=60 * cfg.runner.checkpoint_minutes)
+                                   every_seconds=60 * cfg.runner.checkpoint_minutes, keep_final=True)
     _, summary = train_executor(base, records, cfg.train_config_for("fsm"), adapter_name=family, family_prefix=prefix,
                                 progress=False, checkpoint=checkpoint)
     tmp = target_dir.with_name(target_dir.name + ".tmp")
@@ -55,6 +55,8 @@ def _train_one(cfg_dict: dict, family: str, records: list, prefix: str, target: 
     (tmp / "training.json").write_text(json.dumps(summary.to_dict(), indent=1) + "\n")
     shutil.rmtree(target_dir, ignore_errors=True)
     os.replace(tmp, target_dir)
+    if checkpoint is not None:  # kept past the training's end until the adapter directory was in place
+        checkpoint.remove()
     return family
 
 

@@ -279,6 +279,8 @@ def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrain
                     os.replace(tmp, state_dir)
                     # the dtype actually loaded: [base] dtype = "auto" resolves per machine
                     write_json_atomic(sdir / "train.json", _lite({**summary, "base_dtype": method.base.identity["dtype"]}))
+            if main:  # the stage's state is saved: its training's final checkpoint has done its job
+                (sdir / FIT_CHECKPOINT).unlink(missing_ok=True)
             if main:
                 t_eval = time.perf_counter()
                 seen = order[:t]

@@ -17,7 +17,11 @@ computation as an uninterrupted one, bit for bit on a CPU (``tests/test_fit_chec
 with another fingerprint belongs to another training: it is reported and replaced, never loaded.
 
 Writes are atomic (temporary file, then rename), so a kill while writing leaves the previous checkpoint.
-The file is removed when the training finishes. (Hand-written: accelerate's ``save_state`` stores model,
+The file is removed when the training finishes, unless it was made with ``keep_final=True``: then the
+finished training's state is written instead, and its owner removes the file once it has stored what came
+of the training. The continual runner does so, because a stage's work does not end with its training (EWC
+estimates a Fisher, every method saves its state): a kill in between used to lose the whole training; now
+the rerun loads the finished weights and runs no optimizer step. (Hand-written: accelerate's ``save_state`` stores model,
 optimizer and RNG but not where a hand-rolled loop is in its epoch, and it writes the whole model rather than
 the adapter.)
 """
@@ -55,9 +59,10 @@ class FitCheckpoint:
     """The checkpoint file of one training. ``every_seconds``: the least time between two writes (0: after
     every optimizer step, for tests)."""
 
-    def __init__(self, path: str | Path, every_seconds: float = 600.0):
+    def __init__(self, path: str | Path, every_seconds: float = 600.0, keep_final: bool = False):
         self.path = Path(path)
         self.every_seconds = float(every_seconds)
+        self.keep_final = keep_final
         self._last_write = time.monotonic()
         self.resumed_step: int | None = None  # the step a loaded checkpoint had reached (None: none loaded)
 
@@ -75,7 +80,11 @@ class FitCheckpoint:
             print(f"fit checkpoint {self.path} belongs to another training (its inputs differ); training this "
                   "stage from its start and replacing it", file=sys.stderr)
             return None
-        print(f"fit checkpoint {self.path}: continuing this training after step {state['step']}", file=sys.stderr)
+        if state.get("finished"):
+            print(f"fit checkpoint {self.path}: this training had finished (step {state['step']}); loading its "
+                  "weights without training", file=sys.stderr)
+        else:
+            print(f"fit checkpoint {self.path}: continuing this training after step {state['step']}", file=sys.stderr)
         self.resumed_step = int(state["step"])
         return state
 

@@ -281,6 +281,16 @@ def fit(base: LoadedBase, examples: Sequence[Example], cfg, *, adapter: str, act
             tokens, target_tokens, padded = saved["tokens"], saved["target_tokens"], saved["padded"]
             done_seconds = float(saved["seconds"])
 
+    def snapshot(epoch: int, next_batch: int, epoch_rng: list) -> dict:
+        """Everything the rest of the training depends on, for the checkpoint (train/checkpoint.py)."""
+        return {"fingerprint": fingerprint, "weights": {n: p.detach().clone() for n, p in named.items()},
+                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                **({"cuda_rng": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {}),
+                "step": step, "epoch": epoch, "next_batch": next_batch, "epoch_rng": epoch_rng,
+                "curve": curve, "term_sums": term_sums, "tokens": tokens, "target_tokens": target_tokens,
+                "padded": padded, "seconds": time.perf_counter() - t0}
+
     bar = None
     if progress and accelerator.is_main_process:
         from tqdm.auto import tqdm
@@ -334,21 +344,17 @@ def fit(base: LoadedBase, examples: Sequence[Example], cfg, *, adapter: str, act
                     bar.set_postfix(epoch=f"{epoch + 1}/{cfg.epochs}", loss=f"{step_loss:.4f}", tok_s=f"{rate:.0f}")
                     bar.update(1)
                 if checkpoint is not None and step < total_steps and checkpoint.due() and accelerator.is_main_process:
-                    checkpoint.save({
-                        "fingerprint": fingerprint, "weights": {n: p.detach().clone() for n, p in named.items()},
-                        "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                        "torch_rng": torch.get_rng_state(),
-                        **({"cuda_rng": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {}),
-                        "step": step, "epoch": epoch, "next_batch": k + group_size, "epoch_rng": epoch_rng,
-                        "curve": curve, "term_sums": term_sums, "tokens": tokens, "target_tokens": target_tokens,
-                        "padded": padded, "seconds": time.perf_counter() - t0})
+                    checkpoint.save(snapshot(epoch, k + group_size, epoch_rng))
                 if on_step is not None:
                     on_step(step)
                     peft_model.train()
                     for p in params:
                         p.requires_grad_(True)
         if checkpoint is not None and accelerator.is_main_process:
-            checkpoint.remove()
+            if checkpoint.keep_final:  # past the last epoch: a rerun loads these weights and trains no step
+                checkpoint.save({**snapshot(cfg.epochs, 0, python_rng_state(rng)), "finished": True})
+            else:
+                checkpoint.remove()
     finally:
         if bar is not None:
             bar.close()

@@ -100,10 +100,11 @@ class MethodContext:
             self.say(message)
 
     def fit_checkpoint(self, t: int) -> Optional[FitCheckpoint]:
-        """The checkpoint of stage ``t``'s training, for :func:`~skillbank.train.loop.fit` (None: none)."""
+        """The checkpoint of stage ``t``'s training, for :func:`~skillbank.train.loop.fit` (None: none). It
+        outlives the training (``keep_final``): the runner removes it once the stage's state is saved."""
         if self.checkpoint_path is None:
             return None
-        return FitCheckpoint(self.checkpoint_path(t), every_seconds=self.checkpoint_seconds)
+        return FitCheckpoint(self.checkpoint_path(t), every_seconds=self.checkpoint_seconds, keep_final=True)
 
 
 def address_hint(skill_ids: Sequence[str]) -> str:
