@@ -51,12 +51,15 @@ def test_mcp_result_and_jsonrpc_envelope():
 def test_files_in_every_format_load_by_content(tmp_path):
     (tmp_path / "openai.json").write_text(json.dumps(OPENAI))
     (tmp_path / "mcp.txt").write_text(json.dumps(MCP))  # the suffix plays no part
-    check_thermo(Catalog.load(tmp_path / "openai.json", "home"))
+    check_thermo(load_catalog(tmp_path / "openai.json", "home"))
     check_thermo(load_catalog(tmp_path / "mcp.txt", "home"))
     project = parse_catalog(OPENAI, "home")
     project.save(tmp_path / "catalog.json")
-    check_thermo(Catalog.load(tmp_path / "catalog.json"))  # the family comes from the file
-    check_thermo(Catalog.load(tmp_path / "catalog.json", "ignored"))
+    check_thermo(load_catalog(tmp_path / "catalog.json"))  # the family comes from the file
+    check_thermo(load_catalog(tmp_path / "catalog.json", "ignored"))
+    check_thermo(Catalog.load(tmp_path / "catalog.json"))  # the project's own format alone
+    with pytest.raises(CatalogError, match=r"openai\.json: expected an object.*tool_formats\.load_catalog"):
+        Catalog.load(tmp_path / "openai.json")
 
 
 def test_round_trip_through_openai_and_mcp():
@@ -111,10 +114,10 @@ def test_bad_catalogs_say_what_was_expected(data, family, match):
 def test_errors_name_the_file(tmp_path):
     (tmp_path / "tools.json").write_text('[{"type": "function", "function": {"name": "bad name"}}]')
     with pytest.raises(CatalogError, match=r"tools\.json: tool 0 name 'bad name' cannot be a skill id"):
-        Catalog.load(tmp_path / "tools.json", "home")
+        load_catalog(tmp_path / "tools.json", "home")
     (tmp_path / "other.json").write_text('{"rows": []}')
     with pytest.raises(CatalogError, match=r"other\.json: not a skill catalog"):
-        Catalog.load(tmp_path / "other.json", "home")
+        load_catalog(tmp_path / "other.json", "home")
 
 
 @pytest.mark.parametrize("names", [

@@ -94,3 +94,10 @@ def test_checking_a_config_loads_only_the_methods_it_names():
     # the one method named is loaded (its module), not every method
     assert eval(out) == ["skillbank.continual.methods.base", "skillbank.continual.methods.registry",
                          "skillbank.continual.methods.stacked"]
+
+
+def test_the_catalog_model_imports_none_of_its_readers():
+    """catalog.py is the data model; tool_formats.py reads and writes other formats on top of it."""
+    graph = module_graph()
+    assert "skillbank.data.tool_formats" not in graph["skillbank.data.catalog"]
+    assert cycle_through(graph, "skillbank.data.catalog") is None

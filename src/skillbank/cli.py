@@ -185,10 +185,10 @@ def score(
     A row's 'graph' is the prediction when present (a run's rows), else its 'output' text is decoded.
 
     Rows with group fields (method, order, stage, variant, mode) are scored per group."""
-    from skillbank.data.catalog import Catalog
+    from skillbank.data.tool_formats import load_catalog
     from skillbank.data.records import read_records
     from skillbank.scoring import family_prefixes, read_predictions, score_groups
-    cat = Catalog.load(catalog) if catalog else None
+    cat = load_catalog(catalog) if catalog else None
     if gold.is_dir():
         from skillbank.data.stream import Stream
         stream = Stream.load(gold)
@@ -438,9 +438,9 @@ def validate(
     """Check a records file the way `learn` does and report every bad line (file:line: reason).
 
     Exit code 0 when every line is valid, 1 when some are not, 2 when the file or catalog cannot be read."""
-    from skillbank.data.catalog import Catalog
+    from skillbank.data.tool_formats import load_catalog
     from skillbank.data.records import validate_records
-    cat = Catalog.load(catalog, family) if catalog else None
+    cat = load_catalog(catalog, family) if catalog else None
     v = validate_records(data, cat, family=family)
     if as_json:
         print(json.dumps({"path": v.path, "lines": v.lines, "valid": len(v.records), "ok": v.ok,
@@ -500,12 +500,12 @@ def learn(
     Records, catalog and bank are checked first (the checks of `skillbank validate`, each record's family
     against --family included): a bad line stops it before any model is loaded or directory created. A learn
     killed during training continues from its last checkpoint when the same command is run again."""
-    from skillbank.data.catalog import Catalog
+    from skillbank.data.tool_formats import load_catalog
     from skillbank.data.records import validate_records
     from skillbank.errors import RecordError
     from skillbank.memory.bank import SkillBank
     from skillbank.model.base import BaseModelConfig
-    cat = Catalog.load(catalog, family) if catalog else None
+    cat = load_catalog(catalog, family) if catalog else None
     v = validate_records(data, cat, family=family)
     for e in v.errors:
         err.print(f"{'skipped ' if skip_invalid else ''}{e}", markup=False, highlight=False, soft_wrap=True)
@@ -736,11 +736,11 @@ def relearn(
     epochs: Optional[int] = typer.Option(None, help="Override the number of epochs."),
 ):
     """Train a new version of a family's shard on its records only and publish it atomically in its place."""
-    from skillbank.data.catalog import Catalog
+    from skillbank.data.tool_formats import load_catalog
     from skillbank.data.records import read_records
     from skillbank.memory.bank import SkillBank
     from skillbank.train.executor import TrainConfig
-    cat = Catalog.load(catalog) if catalog else None
+    cat = load_catalog(catalog) if catalog else None
     rs = read_records(data, cat, family=family)
     sb = SkillBank.open(bank)
     old = sb._entry(family)

@@ -4,9 +4,9 @@ A *skill* is one canonical tool id (``<Source>::<family>::<snake_name>``) with t
 A *family* is a set of skills learned together in one continual stage (one executor shard).
 A catalog is valid only when its families partition its skills: every skill in exactly one family.
 
-On disk a catalog is this project's ``catalog.json`` (:meth:`Catalog.to_dict`); :meth:`Catalog.load`
-also reads an OpenAI function-calling tools list or an MCP tools/list result as one family
-(:mod:`skillbank.data.tool_formats`).
+On disk a catalog is this project's ``catalog.json`` (:meth:`Catalog.to_dict`, :meth:`Catalog.load`);
+:func:`skillbank.data.tool_formats.load_catalog` also reads an OpenAI function-calling tools list or an MCP
+tools/list result as one family (that module builds on this one, never the reverse).
 """
 from __future__ import annotations
 
@@ -182,8 +182,13 @@ class Catalog:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1, ensure_ascii=False) + "\n")
 
     @classmethod
-    def load(cls, path: str | Path, family: str | None = None) -> "Catalog":
-        """Read ``path``: this project's catalog.json, or an OpenAI tools list / MCP tools/list result,
-        whose tools all form the one family ``family`` (the format is told by the content)."""
-        from skillbank.data.tool_formats import load_catalog
-        return load_catalog(path, family)
+    def load(cls, path: str | Path) -> "Catalog":
+        """Read this project's catalog.json at ``path`` (errors name the file). Tools lists: see
+        :func:`skillbank.data.tool_formats.load_catalog`."""
+        path = Path(path)
+        data = read_json(path, CatalogError, what="catalog")
+        try:
+            return cls.from_dict(data)
+        except CatalogError as exc:
+            raise CatalogError(f"{path}: {exc} (an OpenAI tools list or MCP tools/list result is read by "
+                               "skillbank.data.tool_formats.load_catalog)") from None
