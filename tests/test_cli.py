@@ -153,6 +153,12 @@ def test_plan_file_plain_text_jsonl_and_stdin(tmp_path, tiny_bank, small_stream)
     r = runner.invoke(app, ["plan", str(tiny_bank), "--file", "-", "--max-new-tokens", "4"], input=jsonl)
     assert r.exit_code == 0, r.output
     assert [json.loads(x)["id"] for x in r.stdout.strip().splitlines()] == ["r0", "r1"]
+    # a JSONL file saved with a byte-order mark and CRLF line ends is still JSONL (the mark used to hide the '{')
+    (tmp_path / "bom.jsonl").write_bytes(jsonl.replace("\n", "\r\n").encode("utf-8-sig"))
+    r = invoke("plan", tiny_bank, "--file", tmp_path / "bom.jsonl", "--max-new-tokens", 4)
+    assert r.exit_code == 0, r.output
+    assert [(x["id"], x["request"]) for x in map(json.loads, r.stdout.strip().splitlines())] == [("r0", reqs[0]),
+                                                                                               ("r1", reqs[1])]
     r = runner.invoke(app, ["plan", str(tiny_bank), "--file", "-", "--max-new-tokens", "4"], input=reqs[2] + "\n")
     assert r.exit_code == 0, r.output
     assert [(x["id"], x["request"]) for x in map(json.loads, r.stdout.strip().splitlines())] == [(1, reqs[2])]

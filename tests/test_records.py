@@ -77,6 +77,38 @@ def test_skip_mode_counts_every_bad_line(tmp_path):
     assert [e.line for e in rs.skipped] == [2, 3, 5]
 
 
+def test_files_from_other_editors(tmp_path):
+    """A byte-order mark and CRLF line ends (Windows editors) read as plain UTF-8 JSONL; a line in another
+    encoding is named like a malformed one, and skipping it keeps the rest."""
+    p = tmp_path / "stage.jsonl"
+    p.write_bytes(("\r\n".join([line("1"), line("2", request="pay the café bill").replace("\\u00e9", "é")])
+                   + "\r\n").encode("utf-8-sig"))
+    rs = read_records(p, catalog())
+    assert [r.id for r in rs.records] == ["1", "2"] and rs.records[1].request == "pay the café bill"
+    cafe = line("2", request="pay the café bill").replace("\\u00e9", "é")  # as an editor writes it
+    p.write_bytes((line("1") + "\n").encode() + cafe.encode("latin-1") + b"\n"
+                  + (line("3") + "\n").encode())
+    with pytest.raises(RecordError, match=r"stage\.jsonl:2: not UTF-8 text \(byte 0xe9"):
+        read_records(p, catalog())
+    rs = read_records(p, catalog(), skip_invalid=True)
+    assert [r.id for r in rs.records] == ["1", "3"] and [e.line for e in rs.skipped] == [2]
+
+
+def test_json_and_toml_files_with_a_byte_order_mark_or_another_encoding(tmp_path):
+    from skillbank.config import ConfigError, RunConfig
+    (tmp_path / "cat.json").write_bytes(json.dumps(catalog().to_dict()).encode("utf-8-sig"))
+    assert Catalog.load(tmp_path / "cat.json").family_keys == ["f1", "f2"]
+    (tmp_path / "cat.json").write_bytes(json.dumps(catalog().to_dict(), ensure_ascii=False).replace(
+        '"pay"', '"payé"').encode("latin-1"))
+    with pytest.raises(CatalogError, match=r"cat\.json: not UTF-8 text \(byte 0xe9"):
+        Catalog.load(tmp_path / "cat.json")
+    (tmp_path / "run.toml").write_bytes('name = "café"\nmethods = ["sft"]\n'.encode("utf-8-sig"))
+    assert RunConfig.from_toml(tmp_path / "run.toml").name == "café"
+    (tmp_path / "run.toml").write_bytes('name = "café"\n'.encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"run\.toml: not UTF-8 text"):
+        RunConfig.from_toml(tmp_path / "run.toml")
+
+
 def test_missing_file():
     with pytest.raises(RecordError, match="no such file"):
         read_records("/nonexistent/x.jsonl")

@@ -40,9 +40,12 @@ def _read_toml(path: str | Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text(encoding="utf-8-sig"))  # TOML is UTF-8; -sig: a byte-order mark
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}; "
+                          "TOML is UTF-8)") from None
 
 
 def _invalid(exc: ValidationError, head: str) -> ConfigError:

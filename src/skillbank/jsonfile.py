@@ -23,9 +23,12 @@ def read_json(path: str | Path, error: type[SkillbankError], *, missing: str | N
     if not path.is_file():
         raise error(missing or f"{path}: no such file")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8-sig"))  # JSON is UTF-8; -sig accepts a byte-order mark
     except json.JSONDecodeError as exc:
         raise error(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}; JSON is "
+                    "UTF-8)") from None
     if expect_format is not None:
         found = data.get("format") if isinstance(data, dict) else None
         if found != expect_format:

@@ -98,17 +98,27 @@ def iter_jsonl(path: str | Path, *, errors: str = "raise") -> Iterator[tuple[int
     path = Path(path)
     if not path.is_file():
         raise RecordError("no such file", path)
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
+    with path.open("rb") as fh:  # bytes, so that a line that is not UTF-8 is named like a malformed one
+        for lineno, raw in enumerate(fh, start=1):
+            if lineno == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark (Windows editors) is not JSON
+            err = None
             try:
-                yield lineno, json.loads(line.rstrip("\r\n"))
-            except json.JSONDecodeError as exc:
-                err = RecordError(f"malformed JSON ({exc.msg} at column {exc.colno})", path, lineno)
-                if errors == "raise":
-                    raise err from None
-                yield lineno, err
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                err = RecordError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}; "
+                                  "JSONL is UTF-8)", path, lineno)
+            else:
+                if not line.strip():
+                    continue
+                try:
+                    yield lineno, json.loads(line.rstrip("\r\n"))
+                    continue
+                except json.JSONDecodeError as exc:
+                    err = RecordError(f"malformed JSON ({exc.msg} at column {exc.colno})", path, lineno)
+            if errors == "raise":
+                raise err from None
+            yield lineno, err
 
 
 Source = Union[str, Path, Iterable[Union[Record, Mapping[str, Any]]]]
