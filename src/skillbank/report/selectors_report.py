@@ -57,6 +57,16 @@ def selectors_markdown(record: dict, images: dict[str, str] | None = None, headi
         for kind, r in sel.items():
             lines.append(f"| {names.get(kind, kind)} | " + " | ".join(
                 f"{_pct(a)} / {_pct(e)}" for a, e in zip(r["route_micro"], r["em_macro"])) + " |")
+        if res.get("extra"):
+            sets = record.get("extra_sets", {})
+            lines += ["", "Requests from other files, routed after the last stage (percent; every request routed "
+                      "and answered, no scope check): route accuracy / EM of the routed shard's output. The "
+                      "Oracle row is what the executors reach when routing is right.", "",
+                      "| selector | " + " | ".join(f"{name} (n={sets.get(name, {}).get('n', '?')})" for name in res["extra"])
+                      + " |", "|---|" + "---:|" * len(res["extra"])]
+            for kind in sel:
+                lines.append(f"| {names.get(kind, kind)} | " + " | ".join(
+                    f"{_pct(v[kind]['route'])} / {_pct(v[kind]['em'])}" for v in res["extra"].values()) + " |")
         if res.get("self_route_split"):
             lines += ["", "Self-route: *coverage* = some learned executor's output is exactly right; *selection* = "
                       "the executor it picked is (percent of the requests seen).", "",
