@@ -153,6 +153,13 @@ def test_plan_file_plain_text_jsonl_and_stdin(tmp_path, tiny_bank, small_stream)
     r = runner.invoke(app, ["plan", str(tiny_bank), "--file", "-", "--max-new-tokens", "4"], input=jsonl)
     assert r.exit_code == 0, r.output
     assert [json.loads(x)["id"] for x in r.stdout.strip().splitlines()] == ["r0", "r1"]
+    # a request may hold characters str.splitlines treats as line breaks; JSON carries them unescaped
+    odd = reqs[0] + "\u2028" + "\x85 and more"
+    (tmp_path / "odd.jsonl").write_text(json.dumps({"id": "odd", "request": odd}, ensure_ascii=False) + "\n",
+                                        encoding="utf-8")
+    r = invoke("plan", tiny_bank, "--file", tmp_path / "odd.jsonl", "--max-new-tokens", 4)
+    assert r.exit_code == 0, r.output
+    assert [json.loads(x)["request"] for x in r.stdout.strip().split("\n")] == [odd]
     # a JSONL file saved with a byte-order mark and CRLF line ends is still JSONL (the mark used to hide the '{')
     (tmp_path / "bom.jsonl").write_bytes(jsonl.replace("\n", "\r\n").encode("utf-8-sig"))
     r = invoke("plan", tiny_bank, "--file", tmp_path / "bom.jsonl", "--max-new-tokens", 4)

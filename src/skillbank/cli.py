@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Callable, List, Optional
@@ -574,7 +575,8 @@ def read_requests(file: Path) -> tuple[list, list[str]]:
         raise RecordError("no such file", where) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise RecordError(f"cannot read requests ({exc})", where) from None
-    lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    # Line ends only: str.splitlines would also split at U+2028 or U+0085, which JSON may carry unescaped
+    lines = [(n, line.strip()) for n, line in enumerate(re.split(r"\r\n|\r|\n", text), start=1) if line.strip()]
     if not lines:
         raise RecordError("no requests (the input is empty)", where)
     if not lines[0][1].startswith("{"):

@@ -102,7 +102,6 @@ def iter_jsonl(path: str | Path, *, errors: str = "raise") -> Iterator[tuple[int
         for lineno, raw in enumerate(fh, start=1):
             if lineno == 1:
                 raw = raw.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark (Windows editors) is not JSON
-            err = None
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -112,10 +111,12 @@ def iter_jsonl(path: str | Path, *, errors: str = "raise") -> Iterator[tuple[int
                 if not line.strip():
                     continue
                 try:
-                    yield lineno, json.loads(line.rstrip("\r\n"))
-                    continue
+                    obj = json.loads(line.rstrip("\r\n"))
                 except json.JSONDecodeError as exc:
                     err = RecordError(f"malformed JSON ({exc.msg} at column {exc.colno})", path, lineno)
+                else:
+                    yield lineno, obj
+                    continue
             if errors == "raise":
                 raise err from None
             yield lineno, err
