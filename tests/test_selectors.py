@@ -266,7 +266,6 @@ def test_selectors_on_requests_from_other_files(tmp_path, tiny_bank, small_strea
     """Hand-written records are routed by each selector after the last stage and scored by the shard each
     selector picked: with a stand-in scorer that is exact only on the record's own family's shard, a
     selector's EM on the set must equal its route accuracy, and the Oracle's must be 1."""
-    from pathlib import Path
     import skillbank.continual.selectors as sel_mod
     from skillbank.data.records import Record, read_records
     from skillbank.report.selectors_report import selectors_markdown
