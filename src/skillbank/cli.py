@@ -568,9 +568,9 @@ def read_requests(file: Path) -> tuple[list, list[str]]:
     from skillbank.errors import RecordError
     where = "<stdin>" if str(file) == "-" else str(file)
     try:
-        # utf-8-sig: editors on Windows start a file with a byte-order mark, which would otherwise hide the
-        # first line's '{' and turn a JSONL file into plain-text requests
-        text = (sys.stdin.read() if str(file) == "-" else file.read_bytes().decode("utf-8-sig")).removeprefix("\ufeff")
+        # editors on Windows start a file with a byte-order mark, which would otherwise hide the first line's
+        # '{' and turn a JSONL file into plain-text requests; one removeprefix serves a file and stdin alike
+        text = (sys.stdin.read() if str(file) == "-" else file.read_bytes().decode("utf-8")).removeprefix("\ufeff")
     except FileNotFoundError:
         raise RecordError("no such file", where) from None
     except (OSError, UnicodeDecodeError) as exc:
