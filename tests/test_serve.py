@@ -14,7 +14,8 @@ pytest.importorskip("httpx")
 from fastapi.testclient import TestClient  # noqa: E402
 from serve_helpers import MAX_NEW, Gate, build_bank, fresh_base, live_server, wait_for  # noqa: E402
 
-from skillbank.serve.app import create_app, service_of  # noqa: E402
+from skillbank.serve import schemas  # noqa: E402
+from skillbank.serve.app import _request_of_chat, create_app, service_of  # noqa: E402
 from skillbank.serve.config import ServeConfig  # noqa: E402
 
 
@@ -128,6 +129,16 @@ def test_chat_completions(client, small_stream):
     assert_error(client.post("/v1/chat/completions", json={"messages": [{"role": "system", "content": "x"}]}),
                  400, "no user message")
     assert_error(client.post("/v1/chat/completions", json={"messages": []}), 422, "messages")
+
+
+def test_text_parts_of_a_chat_message_are_joined_at_line_breaks():
+    body = schemas.ChatRequest(messages=[
+        {"role": "user", "content": "an earlier request"},
+        {"role": "assistant", "content": "{}"},
+        {"role": "user", "content": [{"type": "text", "text": "Find flights to Paris"},
+                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}},
+                                     {"type": "text", "text": "tomorrow morning, then book a hotel."}]}])
+    assert _request_of_chat(body) == "Find flights to Paris\ntomorrow morning, then book a hotel."
 
 
 def test_models_shards_health_metrics_openapi(client, small_stream):

@@ -168,7 +168,9 @@ def _is_union_branch(loc_item) -> bool:
 
 def _request_of_chat(body: S.ChatRequest) -> str:
     """The request to plan: the last user message (string or text parts), without the executor's own prompt
-    wording if a client (e.g. another skillbank in --upstream mode) already added it."""
+    wording if a client (e.g. another skillbank in --upstream mode) already added it. Text parts are joined
+    with line breaks, as vLLM joins them: clients split a message at sentence or paragraph ends, and joined
+    with nothing "...in Paris" and "tomorrow..." would read "Paristomorrow"."""
     for msg in reversed(body.messages):
         if msg.role != "user":
             continue
@@ -177,7 +179,7 @@ def _request_of_chat(body: S.ChatRequest) -> str:
             texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
             if not all(isinstance(t, str) for t in texts):
                 raise ServiceError(400, "a text content part needs a string 'text'", param="messages")
-            content = "".join(texts)
+            content = "\n".join(texts)
         if not isinstance(content, str):
             break
         prefix = USER_TEMPLATE.split("{request}")[0]
