@@ -322,6 +322,22 @@ def test_replay_with_a_fraction_keeps_that_share_of_each_stage(base, small_strea
     assert fresh.buffer.ids() == method.buffer.ids() and fresh.buffer.budget == method.buffer.budget
 
 
+# -- FSM -------------------------------------------------------------------------------------------------
+def test_fsm_second_order_generates_with_shards_of_the_first(tiny_model_dir, small_stream, tmp_path):
+    """The runner gives each order a fresh base, and the bank opens lazily: the second order reuses the
+    first order's shard without training, so nothing has loaded it when an output is missing from the cache."""
+    f1 = small_stream.family_keys[0]
+    first = METHODS["fsm"](ctx_for(load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False),
+                                   small_stream, tmp_path))
+    first.learn(1, f1, small_stream.train[f1])
+    fresh = load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False)
+    second = METHODS["fsm"](ctx_for(fresh, small_stream, tmp_path, order="T1,T3,T2"))
+    assert second.learn(1, f1, small_stream.train[f1])["reused_from_earlier_order"] is True
+    [query] = second.queries(1, small_stream.test[f1][:1])["oracle"]
+    with second.model_for(query.state) as model:
+        assert list(model.base_model.active_adapters) == [f1]
+
+
 # -- the registry -----------------------------------------------------------------------------------------------
 def test_every_registered_name_resolves_to_its_class():
     from skillbank.continual.methods import UnknownMethodError, method_class

@@ -73,6 +73,9 @@ class FSM(Method):
     @contextmanager
     def model_for(self, state: str):
         family = state.split(":")[1]
+        # The runner gives each order a fresh base and the bank opens lazily: an order that reuses the
+        # earlier order's shards has loaded none of them until an output is missing from the cache.
+        self.bank.execution.ensure_resident([family])
         yield self.base.activate([family])
 
     def save(self, directory: Path) -> None:
