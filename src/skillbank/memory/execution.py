@@ -112,6 +112,12 @@ class ExecutionMemory:
             if victims:
                 release_freed_memory()
 
+    def activate(self, name: str):
+        """Make shard ``name`` the running adapter, loading it first if the bank opened lazily and nothing
+        has needed it yet; return the PeftModel."""
+        self.ensure_resident([name])
+        return self.base.activate(name)
+
     def _load(self, name: str) -> None:
         """Read a shard's adapter after checking its files: a shard deleted or corrupted after the bank was
         opened fails here, naming the shard, and every other shard keeps working."""
@@ -236,8 +242,7 @@ class ExecutionMemory:
             grammars = None
             if constrain:
                 grammars = [self.grammar(name, requests[i] if copy_values else None) for i in idx]
-            self.ensure_resident([name])
-            model = self.base.activate(name)
+            model = self.activate(name)
             if grammars:
                 self.grammar_cache()  # bound the shared cache now: generation below compiles into it
             outs = generate_for_requests(model, self.base.tokenizer, [requests[i] for i in idx],

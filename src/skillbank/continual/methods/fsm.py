@@ -72,11 +72,9 @@ class FSM(Method):
 
     @contextmanager
     def model_for(self, state: str):
-        family = state.split(":")[1]
-        # The runner gives each order a fresh base and the bank opens lazily: an order that reuses the
-        # earlier order's shards has loaded none of them until an output is missing from the cache.
-        self.bank.execution.ensure_resident([family])
-        yield self.base.activate([family])
+        # Through the bank, not the base: the runner gives each order a fresh base and the bank opens lazily,
+        # so an order that reuses the earlier order's shards has loaded none of them yet.
+        yield self.bank.execution.activate(state.split(":")[1])
 
     def save(self, directory: Path) -> None:
         self.address.save(directory / "address")

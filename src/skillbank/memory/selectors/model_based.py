@@ -210,8 +210,7 @@ class AdapterRequestNLL:
         if not getattr(tok, "is_fast", False):
             raise ModelError("AdapterCL needs a fast tokenizer (offsets locate the request inside the prompt)")
         entry = self.execution.shards[shard]
-        self.execution.ensure_resident([shard])  # a bank opened lazily loads a shard on first use
-        model = self.execution.base.activate(shard)
+        model = self.execution.activate(shard)
         device = next(model.parameters()).device
         rows = []
         for r in requests:
