@@ -467,6 +467,40 @@ def validate(
     raise typer.Exit(0 if v.ok else 1)
 
 
+@app.command()
+@friendly_errors
+def augment(
+    data: Path = typer.Argument(..., help="Records (JSONL), e.g. one family's training records."),
+    out_file: Path = typer.Option(..., "--out", help="Where to write the augmented records (JSONL)."),
+    fraction: float = typer.Option(0.5, help="Share of records replaced by a styled version (same count, same "
+                                   "training compute)."),
+    copies: int = typer.Option(0, help="Styled copies added per record on top (more training compute)."),
+    seed: int = typer.Option(0, help="Which records and which rewrites."),
+    examples: int = typer.Option(3, help="How many before/after pairs to print."),
+):
+    """Restyle training requests the way people type them (case, punctuation, politeness, fillers, connectors,
+    shorthand, a typo), keeping every argument value verbatim; feed the output to `learn --data`.
+
+    Every line is checked first (file:line on error; nothing is written then). The graphs are unchanged: only
+    the surface of the request moves, so the executor learns to read other styles, not to invent values."""
+    from skillbank.data.augment import StyleAugment, augment_records
+    from skillbank.data.records import read_records, write_records
+    settings = StyleAugment(fraction=fraction, copies=copies, seed=seed)  # bad settings fail before reading
+    if out_file.resolve() == data.resolve():
+        raise typer.BadParameter("--out must differ from the input (the input would be lost)", param_hint="--out")
+    records = read_records(data).records
+    if not records:
+        raise typer.BadParameter(f"{data} has no records")
+    augmented, report = augment_records(records, settings, examples=examples)
+    write_records(out_file, augmented)
+    for before, after in report.examples:
+        out.print(f"[dim]{before}[/dim]\n  -> {after}", highlight=False, soft_wrap=True)
+    styles = ", ".join(f"{k} {v}" for k, v in report.styles.most_common())
+    err.print(f"wrote {report.records_out} records to {out_file}: {report.replaced} replaced by a styled version, "
+              f"{report.added} styled copies added, {report.unchanged} left as they were (no rewrite applied); "
+              f"rewrites used: {styles}", markup=False, highlight=False, soft_wrap=True)
+
+
 def _preflight_bank(bank: Path, family: str, records, cat) -> str | None:
     """What `learn` can refuse before loading a model: the bank's manifest, the family name, skills that
     another shard owns. Returns the bank's base model name (None when the bank does not exist yet)."""
