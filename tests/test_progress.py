@@ -9,13 +9,14 @@ from skillbank.continual.progress import run_progress
 from skillbank.errors import SkillbankError
 
 
-def _stage(root, method, order, t, train=None, eval_seconds=None):
+def _stage(root, method, order, t, train=None, eval_seconds=None, machine=None):
     d = root / "methods" / method / order / f"stage-{t:02d}"
     d.mkdir(parents=True, exist_ok=True)
+    where = {"machine": machine} if machine else {}  # stage files written before machines were recorded have none
     if train is not None:
-        (d / "train.json").write_text(json.dumps({"wall_seconds": train}))
+        (d / "train.json").write_text(json.dumps({"wall_seconds": train, **where}))
     if eval_seconds is not None:
-        (d / "eval.json").write_text(json.dumps({"eval_seconds": eval_seconds}))
+        (d / "eval.json").write_text(json.dumps({"eval_seconds": eval_seconds, **where}))
 
 
 @pytest.fixture
@@ -40,6 +41,24 @@ def test_finished_stages_and_the_estimate(run_dir):
     assert rows["fsm", "O2"].remaining_seconds == pytest.approx(15 * 6)          # its executors are trained once
     _stage(run_dir, "sft", "O1", 3, eval_seconds=45)
     assert next(r for r in run_progress(run_dir) if r.method == "sft").done
+
+
+def test_a_run_continued_on_another_machine_is_estimated_from_that_machines_stages(run_dir):
+    # the three sft stages of the fixture ran on an older machine (unrecorded); LwF finished one stage here
+    _stage(run_dir, "lwf", "O1", 1, train=40, eval_seconds=2, machine="fast CPU")
+    rows = {(r.method, r.order): r for r in run_progress(run_dir, methods=["lwf"], orders=["O1"], machine="fast CPU")}
+    assert rows["lwf", "O1"].remaining_seconds == pytest.approx(2 * (2 + 3) + 40 * 2) and rows["lwf", "O1"].estimated_here
+    # SFT has no stage on this machine: every method's stages measured here stand in for its own elsewhere
+    assert rows["sft", "O1"].remaining_seconds == pytest.approx(2 * 3) and rows["sft", "O1"].estimated_here
+    # asked from a third machine, nothing was measured there: each method's own stages, wherever they ran
+    rows = {(r.method, r.order): r for r in run_progress(run_dir, methods=["lwf"], orders=["O1"], machine="other")}
+    assert rows["sft", "O1"].remaining_seconds == pytest.approx(15 * 3) and not rows["sft", "O1"].estimated_here
+
+
+def test_the_machine_label_names_cpu_model_vector_width_and_cores():
+    from skillbank.continual.progress import machine_label
+    label = machine_label()
+    assert label.endswith(" cores") and machine_label("cpu") == label
 
 
 def test_nothing_measured_yet_is_not_estimated(tmp_path, run_dir):

@@ -144,6 +144,10 @@ def test_a_kill_during_evaluation_reuses_the_saved_state(tmp_path, tiny_model_di
     # each stage records the dtype its base was loaded in ([base] dtype = "auto" resolves per machine)
     fits = sorted((tmp_path / "r" / "methods" / "sft").glob("*/stage-*/train.json"))
     assert fits and all(json.loads(f.read_text())["base_dtype"] == "float32" for f in fits)
+    # and the machine it ran on, from which `skillbank progress` estimates a run continued elsewhere
+    from skillbank.continual.progress import machine_label
+    evals = sorted((tmp_path / "r" / "methods" / "sft").glob("*/stage-*/eval.json"))
+    assert {json.loads(f.read_text())["machine"] for f in fits + evals} == {machine_label()}
 
 
 def test_a_run_directory_refuses_another_configuration(tmp_path, tiny_model_dir):

@@ -33,6 +33,7 @@ from typing import Callable, Iterator, Sequence
 from skillbank.config import ConfigError, RunConfig
 from skillbank.continual.run_dir import (COMPLETE, FIT_CHECKPOINT, build_run_stream, collect_method_order,
                                          write_json_atomic)
+from skillbank.continual.progress import machine_label
 from skillbank.continual.run_dir import stage_dir as _stage_dir
 from skillbank.continual.stage_cache import StageCache
 from skillbank.data.records import Record
@@ -277,8 +278,10 @@ def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrain
                     (tmp / COMPLETE).write_text("")
                     shutil.rmtree(state_dir, ignore_errors=True)
                     os.replace(tmp, state_dir)
-                    # the dtype actually loaded: [base] dtype = "auto" resolves per machine
-                    write_json_atomic(sdir / "train.json", _lite({**summary, "base_dtype": method.base.identity["dtype"]}))
+                    # the dtype actually loaded ([base] dtype = "auto" resolves per machine) and the machine, whose
+                    # speed `skillbank progress` estimates from
+                    write_json_atomic(sdir / "train.json", _lite({**summary, "base_dtype": method.base.identity["dtype"],
+                                                                  "machine": _machine(method)}))
             if main:  # the stage's state is saved: its training's final checkpoint has done its job
                 (sdir / FIT_CHECKPOINT).unlink(missing_ok=True)
             if main:
@@ -288,6 +291,7 @@ def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrain
                                     split=cfg.eval.split)
                 ev["eval_seconds"] = round(time.perf_counter() - t_eval, 2)
                 ev["finished_at"] = round(time.time(), 1)  # with the two durations: when this stage ran
+                ev["machine"] = _machine(method)
                 ev["order"] = order
                 preds = ev.pop("predictions", None)
                 if preds is not None:
@@ -361,6 +365,11 @@ def check_same_config(out: Path, old: dict, new: dict) -> None:
     if diff:
         raise ConfigError(f"{out} holds a run with another configuration (differs in: {', '.join(diff)}); "
                           f"use another directory or --restart to discard it")
+
+
+def _machine(method) -> str:
+    """The machine label a stage file records (skillbank progress estimates each machine from its own stages)."""
+    return machine_label(str(next(method.base.model.parameters()).device))
 
 
 # Settings added after runs were saved without them, and what a saved run without them did: the
