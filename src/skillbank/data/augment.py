@@ -56,10 +56,10 @@ _CLOSER = re.compile(
 _CONNECTOR = re.compile(
     r"(?:[,;.]\s*|\s+)(?:and\s+)?(?:then|after that|afterwards|next"
     r"|(?:once|when) (?:that|it)(?:'s| is) (?:done|finished|ready))[,]?\s+"
-    r"|,?\s+and also\s+|,?\s+and on top of that,?\s+|,?\s+also,?\s+|\.\s+also,?\s+",
+    r"|,?\s+and also\s+|,?\s+and on top of that,?\s+|[,.;]\s+also,\s+",  # "also" mid-clause is no connector
     re.IGNORECASE)
 _CONNECTOR_STYLES = (" then ", " -> ", "; ", ", ", " + ", " and ", ". ")
-_FILLER = re.compile(r"\b(?:the|a|an|some|my|me|for me|just|also|really|kindly|please)\b\s*", re.IGNORECASE)
+_FILLER = re.compile(r"\b(?:the|a|an|some|my|me|for me|just|really|kindly|please)\b\s*", re.IGNORECASE)
 _SHORTHAND = {"you": "u", "your": "ur", "please": "pls", "thanks": "thx", "and": "&", "with": "w/",
               "without": "w/o", "are": "r", "because": "bc", "tonight": "tonite"}
 _SHORTHAND_RE = re.compile(r"\b(" + "|".join(_SHORTHAND) + r")\b", re.IGNORECASE)
@@ -170,6 +170,7 @@ def _tidy(text: str, first: bool, last: bool, between_values: bool) -> str:
     text = re.sub(r"\s+([,;.?!])", r"\1", text)
     text = re.sub(r"([,;])\s*\1+", r"\1", text)
     text = re.sub(r"[,;]+([.?!])", r"\1", text)  # "..., please." with "please" dropped
+    text = re.sub(r"([.?!])\s*[,;]+", r"\1", text)
     if first:
         text = re.sub(r"^[\s,;.:-]+", "", text)
     if last:
