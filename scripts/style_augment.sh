@@ -2,7 +2,9 @@
 # Does style augmentation make executors read hand-written requests better? Builds a bank whose executors
 # are trained like a reference bank's, on the same stream, with a share of each family's training requests
 # restyled (`skillbank augment`: same record count, so the same training compute), then measures both banks
-# with the same selectors on the stream's template held-out requests and on the hand-written sets.
+# with the same selectors on the stream's template held-out requests and on the hand-written sets. The styled
+# arm is a copy of the stream whose training requests are restyled (OUT/stream): its executors and its routers
+# learn from them; the held-out requests are the same.
 #
 #   STREAM=runs/streams/builtin-200-50 REFERENCE=runs/compare-cpu/methods/fsm/bank \
 #     scripts/style_augment.sh OUT [FRACTION]
@@ -22,12 +24,13 @@ CONFIG=${CONFIG:-configs/compare.toml}
 SEED=${SEED:-0}
 RECORDS=${RECORDS:-tests/fixtures/paraphrase_builtin.jsonl tests/fixtures/paraphrase_builtin_holdout.jsonl tests/fixtures/paraphrase_builtin_short.jsonl}
 export TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-mkdir -p "$OUT/data" "$OUT/logs"
+mkdir -p "$OUT/logs"
+[ -d "$OUT/stream" ] || { cp -r "$STREAM" "$OUT/stream.tmp" && rm -f "$OUT/stream.tmp"/train/*.jsonl && mv "$OUT/stream.tmp" "$OUT/stream"; }
 sb() { $PY -m skillbank "$@"; }
 
 families=$($PY -c "from skillbank.data.stream import Stream; print(' '.join(Stream.load('$STREAM').family_keys))")
 for f in $families; do
-  [ -s "$OUT/data/$f.jsonl" ] || sb augment "$STREAM/train/$f.jsonl" --out "$OUT/data/$f.jsonl" --fraction "$FRACTION" \
+  [ -s "$OUT/stream/train/$f.jsonl" ] || sb augment "$STREAM/train/$f.jsonl" --out "$OUT/stream/train/$f.jsonl" --fraction "$FRACTION" \
     --seed "$SEED" --examples 2 2>&1 | tee "$OUT/logs/augment-$f.log"
 done
 
@@ -35,7 +38,7 @@ learned() { [ -f "$OUT/bank/bank.json" ] && $PY -c "import json,sys; m=json.load
 for f in $families; do
   learned "$f" && continue
   echo "$(date +%T) learn $f"
-  sb learn "$OUT/bank" --family "$f" --data "$OUT/data/$f.jsonl" --catalog "$STREAM/catalog.json" --config "$CONFIG" \
+  sb learn "$OUT/bank" --family "$f" --data "$OUT/stream/train/$f.jsonl" --catalog "$STREAM/catalog.json" --config "$CONFIG" \
     --recipe small-cpu >>"$OUT/logs/learn-$f.log" 2>&1
 done
 
@@ -55,10 +58,10 @@ EOF
 extra=()
 for r in $RECORDS; do extra+=(--records "$r"); done
 for arm in styled reference; do
-  bank=$OUT/bank
-  [ "$arm" = reference ] && bank=$REFERENCE
+  bank=$OUT/bank stream=$OUT/stream
+  [ "$arm" = reference ] && bank=$REFERENCE stream=$STREAM
   echo "$(date +%T) selectors over the $arm bank"
-  sb selectors --bank "$bank" --stream "$STREAM" --selectors oracle --selectors hashing-nb --selectors embed-lda-nb \
+  sb selectors --bank "$bank" --stream "$stream" --selectors oracle --selectors hashing-nb --selectors embed-lda-nb \
     "${extra[@]}" --out "$OUT/selectors-$arm" >>"$OUT/logs/selectors-$arm.log" 2>&1
 done
 echo "$(date +%T) done: $OUT/selectors-styled/selectors.md, $OUT/selectors-reference/selectors.md"
