@@ -149,3 +149,22 @@ def test_cli_writes_valid_records_and_names_a_bad_line(tmp_path, builtin_records
 
     res = CliRunner().invoke(app, ["augment", str(src), "--out", str(src)])
     assert res.exit_code != 0 and len(read_records(src).records) == 12
+
+
+def test_one_joining_style_per_request_and_lists_get_a_bullet_on_every_step():
+    g = graph(("S::f::denoise", [("audio", "a.wav")]), ("S::f::transcribe", [("audio", "<node-0>")]),
+              ("S::f::translate", [("text", "<node-1>"), ("language", "German")]))
+    request = "Clean up a.wav, then transcribe it, and after that translate the transcript into German."
+    seen_list = False
+    for seed in range(60):
+        text, used = restyle(request, g, random.Random(seed), ["connectors"])
+        assert "a.wav" in text and "German" in text
+        if "\n- " in text:
+            seen_list = True
+            lines = text.splitlines()
+            items = [line for line in lines if line.startswith("- ")]
+            assert items[0] == "- Clean up a.wav" and len(items) == 3 and len(lines) - len(items) <= 1  # a header
+        else:  # the two joints of one request are written the same way
+            joints = [j for j in (" then ", " -> ", " \u2192 ", "; ", " + ", " and ", ". ") if j in text]
+            assert text.count(joints[0]) >= 2 if joints else ", " in text
+    assert seen_list

@@ -58,7 +58,10 @@ _CONNECTOR = re.compile(
     r"|(?:once|when) (?:that|it)(?:'s| is) (?:done|finished|ready))[,]?\s+"
     r"|,?\s+and also\s+|,?\s+and on top of that,?\s+|[,.;]\s+also,\s+",  # "also" mid-clause is no connector
     re.IGNORECASE)
-_CONNECTOR_STYLES = (" then ", " -> ", "; ", ", ", " + ", " and ", ". ")
+#: what a request's steps are joined with instead; one per request. _AS_LIST turns the steps into a bulleted list.
+_AS_LIST = "\n- "
+_CONNECTOR_STYLES = (" then ", " -> ", " \u2192 ", "; ", ", ", " + ", " and ", ". ", _AS_LIST)
+_LIST_HEADERS = ("", "", "todo:\n", "can you:\n", "need:\n", "steps:\n")
 _FILLER = re.compile(r"\b(?:the|a|an|some|my|me|for me|just|really|kindly|please)\b\s*", re.IGNORECASE)
 _SHORTHAND = {"you": "u", "your": "ur", "please": "pls", "thanks": "thx", "and": "&", "with": "w/",
               "without": "w/o", "are": "r", "because": "bc", "tonight": "tonite"}
@@ -99,9 +102,10 @@ def _shorthand(text: str, rng: random.Random, first: bool, last: bool) -> str:
     return _SHORTHAND_RE.sub(lambda m: _SHORTHAND[m.group(1).lower()], text)
 
 
-def _connectors(text: str, rng: random.Random, first: bool, last: bool) -> str:
-    style = rng.choice(_CONNECTOR_STYLES)
-    return _CONNECTOR.sub(style, text)
+def _connectors(style: str):
+    def rewrite(text: str, rng: random.Random, first: bool, last: bool) -> str:
+        return _CONNECTOR.sub(style, text)
+    return rewrite
 
 
 def _typo(text: str, rng: random.Random) -> str:
@@ -125,9 +129,10 @@ def _typo(text: str, rng: random.Random) -> str:
 #: name -> (rewrite of one free piece, probability that a styled request uses it), applied in this order
 #: (connectors before shorthand turns "and" into "&", politeness before terse eats the "a" of "thanks a lot").
 #: The probabilities give a styled request three to four rewrites on average; which ones is drawn per request.
-#: ``typo`` changes one word of one free piece, ``casual_opener`` prepends a phrase (both handled in restyle).
+#: ``connectors`` draws one joining style per request; ``typo`` changes one word of one free piece;
+#: ``casual_opener`` prepends a phrase (all three handled in restyle).
 STYLES: dict[str, tuple[Callable[[str, random.Random, bool, bool], str] | None, float]] = {
-    "connectors": (_connectors, 0.5),
+    "connectors": (None, 0.5),
     "no_politeness": (_no_politeness, 0.6),
     "terse": (_terse, 0.35),
     "shorthand": (_shorthand, 0.25),
@@ -200,8 +205,9 @@ def restyle(request: str, graph: TaskGraph, rng: random.Random, styles: Sequence
     n = len(pieces)
     original = [t for t, _ in pieces]
     texts = list(original)
+    joined_by = _connectors(rng.choice(_CONNECTOR_STYLES)) if "connectors" in styles else None
     for name in (s for s in STYLES if s in styles):
-        fn = STYLES[name][0]
+        fn = joined_by if name == "connectors" else STYLES[name][0]
         if fn is not None:
             for k, (_, protected) in enumerate(pieces):
                 if not protected:
@@ -214,7 +220,9 @@ def restyle(request: str, graph: TaskGraph, rng: random.Random, styles: Sequence
     texts = [t if protected else _tidy(t, k == 0, k == n - 1, 0 < k < n - 1 and bool(original[k]))
              for k, (t, (_, protected)) in enumerate(zip(texts, pieces))]
     out = "".join(texts).strip()
-    if "casual_opener" in styles:
+    if _AS_LIST in out:  # the steps became a list: its first item gets a bullet too, under an optional header
+        out = rng.choice(_LIST_HEADERS) + "- " + out
+    elif "casual_opener" in styles:
         out = rng.choice(_CASUAL_OPENERS) + out
     kept = [v for v in values if v in request]
     lost = [v for v in kept if v not in out]
