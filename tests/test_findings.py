@@ -45,6 +45,17 @@ def test_each_reading_of_progressive_lora_is_its_own_named_finding():
     assert "not as the paper: Stacked-LoRA (summed, unrouted)" in found["replay-reference"].evidence
 
 
+def test_the_stacked_reading_evaluated_by_the_routed_method_is_judged_too():
+    # progressive-routed evaluates Stacked-LoRA from the same adapters: a run without a `stacked` method has it
+    m = _paper_like()
+    record = _record(**m)
+    for per_order in record["methods"]["progressive-routed"].values():
+        per_order["variants"]["stacked"] = {"summary": {"macro_em": 0.15, "bwt": -0.68, "diagonal_macro_em": 0.6}}
+    found = {f.key: f for f in check_findings(record) if f.order == "O1"}
+    assert found["beats-stacked"].verdict == "holds" and "Stacked-LoRA (summed, unrouted) 15.0" in found["beats-stacked"].evidence
+    assert "Stacked-LoRA (summed, unrouted) 15.0" in found["replay-reference"].evidence
+
+
 def test_a_run_saved_before_the_rename_is_judged_under_its_old_name():
     m = _paper_like()
     del m["progressive-routed"]

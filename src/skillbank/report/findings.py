@@ -59,9 +59,22 @@ def _present(result: dict, variant: str) -> str:
     return variant
 
 
+def _method_of(result: dict, variant: str) -> str:
+    """The method whose evaluation holds ``variant``: its own method when the run has one, else the method that
+    evaluates it beside its own (``progressive-routed`` also evaluates Stacked-LoRA from the same adapters)."""
+    if variant in result["methods"]:
+        return variant
+    if variant in VARIANT_METHOD:
+        return VARIANT_METHOD[variant]
+    for method, per_order in result["methods"].items():
+        if any(variant in po.get("variants", {}) for po in per_order.values()):
+            return method
+    return variant
+
+
 def _summary(result: dict, variant: str, order: str) -> tuple[dict | None, str | None]:
     """(summary, None) for a finished variant, else (None, why it is missing)."""
-    method = VARIANT_METHOD.get(variant, variant)
+    method = _method_of(result, variant)
     per_order = result["methods"].get(method, {}).get(order)
     if per_order is None or variant not in per_order["variants"]:
         return None, f"{TITLES.get(variant, variant)} not run"
@@ -128,7 +141,7 @@ def _retention(result: dict, order: str) -> Finding:
 
 def _readings(result: dict) -> list[str]:
     """The readings of Progressive-LoRA the run has (under the names it ran them); the routed one when none."""
-    present = [v for v in (_present(result, r) for r in PROGRESSIVE_READINGS) if v in result["methods"]]
+    present = [v for v in (_present(result, r) for r in PROGRESSIVE_READINGS) if _method_of(result, v) in result["methods"]]
     return present or list(PROGRESSIVE_READINGS[:1])
 
 
