@@ -482,7 +482,8 @@ def augment(
     shorthand, a typo), keeping every argument value verbatim; feed the output to `learn --data`.
 
     Every line is checked first (file:line on error; nothing is written then). The graphs are unchanged: only
-    the surface of the request moves, so the executor learns to read other styles, not to invent values."""
+    the surface of the request moves, so the executor learns to read other styles, not to invent values.
+    Measured on the embedded base, training on the output did not help hand-written requests (README)."""
     from skillbank.data.augment import StyleAugment, augment_records
     from skillbank.data.records import read_records, write_records
     settings = StyleAugment(fraction=fraction, copies=copies, seed=seed)  # bad settings fail before reading

@@ -12,6 +12,11 @@ Each request is cut into protected spans (every occurrence, in any case, of an a
 character. The rewrites are generic English chat habits, not the built-in generator's phrasings, so they apply
 to any family's records (the built-in stream, TaskBench, your own).
 
+Measured (README, "Requests in other styles than your records"; ``scripts/style_augment.sh``): with half of
+each built-in family's training requests restyled, the embedded base's executors got no better on hand-written
+requests and slightly worse on template ones. Hand-written requests fail mostly on which skill a word means,
+which no surface rewrite teaches; this stays a tool for that experiment on other bases and data.
+
 Written by hand: text-augmentation libraries (nlpaug, textattack) perturb words at random and cannot be told to
 leave given character spans alone; here the protected spans are the point.
 """
