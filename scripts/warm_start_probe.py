@@ -24,17 +24,18 @@ import time
 
 import torch
 
+from skillbank.continual.stage_cache import under_stored_name
 from skillbank.data.stream import Stream
 from skillbank.graph import TaskGraph
 from skillbank.memory.bank import SkillBank
 from skillbank.metrics import score_example
 from skillbank.train.executor import TrainConfig, add_lora, build_examples
-from skillbank.train.loop import fit
+from skillbank.train.loop import adapter_parameters, fit
 
 
 def lora_tensors(model, adapter: str) -> dict[str, torch.Tensor]:
-    """Every LoRA weight of ``adapter``, keyed by its name with the adapter part removed."""
-    return {name.replace(f".{adapter}.", ".{}."): p for name, p in model.named_parameters() if f".{adapter}." in name}
+    """Every LoRA weight of ``adapter``, keyed by a name that no longer says which adapter (so two match)."""
+    return under_stored_name(adapter_parameters(model, adapter), adapter)
 
 
 def oracle_em(bank: SkillBank, family: str, records) -> float:

@@ -1126,7 +1126,7 @@ def progress(run_dir: Path = typer.Argument(..., help="A run directory (skillban
     from rich.table import Table
 
     from skillbank.config import RunConfig
-    from skillbank.continual.progress import run_progress
+    from skillbank.continual.progress import machine_label, run_progress
     planned = RunConfig.from_toml(config) if config else None
     rows = run_progress(run_dir, planned.methods if planned else None, planned.eval.orders if planned else None)
     table = Table(title=f"{run_dir}")
@@ -1146,7 +1146,6 @@ def progress(run_dir: Path = typer.Argument(..., help="A run directory (skillban
     out.print(f"{sum(r.done for r in rows)}/{len(rows)} method-orders finished; remaining about {span(sum(known))} of "
               f"process time, {span(sum(known) / jobs)} at {jobs} process{'es' if jobs > 1 else ''} side by side"
               + (f" ({unknown} not estimable yet)" if unknown else ""))
-    from skillbank.continual.progress import machine_label
     elsewhere = sum(1 for r in rows if not r.done and r.remaining_seconds is not None and not r.estimated_here)
     out.print(f"this machine: {machine_label()}; "
               + (f"{elsewhere} estimate(s) from stages measured on other machines (none finished here yet)"
