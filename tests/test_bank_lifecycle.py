@@ -171,6 +171,19 @@ def test_plan_refuses_what_no_family_covers(tmp_path, base, small_stream):
     assert all(p.shard is not None and p.n_tokens > 0 for p in unchecked)
     assert [p.out_of_scope for p in unchecked] == [True] * len(OFF_DOMAIN)
     assert all(p.shard == keys[0] for p in bank.plan(OFF_DOMAIN, shard=keys[0], max_new_tokens=MAX_NEW))
+    # --explain: the margin, the top families, the words that counted and the spans read as values
+    first = bank.plan([inside[0]], max_new_tokens=MAX_NEW, explain=True)[0]
+    e = first.to_dict()["explain"]
+    assert e["scope_margin"] == first.confidence["scope_margin"] and e["top_families"][0]["family"] == first.shard
+    assert e["counted_words"] and all({"word", "score"} <= set(w) for w in e["counted_words"])
+    assert "explain" not in plans[0].to_dict()  # a plan without it serialises as before
+    # a request that is all payload, another script, or very long: a verdict with a reason, never an exception
+    odd = ["\"only a quoted passage here\"", "https://example.com/only/a/link", "今日の東京の天気を教えて",
+           " ".join(["lorem"] * 10_000)]
+    verdicts = bank.check_scope(odd)
+    assert all(v.in_scope is False and v.reason for v in verdicts[:3])
+    assert "no words" in verdicts[0].reason and "no words" in verdicts[1].reason
+    assert verdicts[3].in_scope is False and verdicts[3].reason
 
 
 def test_scope_fit_upgrades_a_bank_without_scope_statistics(tmp_path, base, other_base, small_stream):

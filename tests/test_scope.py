@@ -14,7 +14,7 @@ MAPS = ["how long is the drive to Lyon", "route me to the nearest pharmacy", "av
 
 def fitted(**kw):
     """Word statistics alone unless ``encoder`` is given (the hand computations below are of words)."""
-    det = ScopeDetector(**{"encoder": None, **kw})
+    det = ScopeDetector(**{"encoder": None, "reader": "raw", **kw})
     det.partial_fit(MUSIC, "music")
     det.partial_fit(MAPS, "maps")
     return det
@@ -79,7 +79,7 @@ def test_forget_is_exact_and_state_round_trips(tmp_path):
 @pytest.mark.parametrize("encoder", [None, "minilm"])
 def test_add_family_equals_learning_it(encoder):
     """A family added from exported statistics scores and thresholds exactly as if it had been learned here."""
-    det = ScopeDetector(quantile=0.3, encoder=encoder).partial_fit(MUSIC, "music")
+    det = ScopeDetector(quantile=0.3, encoder=encoder, reader="raw").partial_fit(MUSIC, "music")
     before = det.threshold_
     ref = fitted(quantile=0.3, encoder=encoder)
     det.add_family(ref.family_detector("maps"), "maps")
@@ -89,7 +89,7 @@ def test_add_family_equals_learning_it(encoder):
     with pytest.raises(SelectorError, match="already has a family 'maps'"):
         det.add_family(ref, "maps")
     with pytest.raises(SelectorError, match="other settings"):
-        ScopeDetector(quantile=0.3, encoder=None if encoder else "minilm").add_family(ref, "maps")
+        ScopeDetector(quantile=0.3, encoder=None if encoder else "minilm", reader="raw").add_family(ref, "maps")
 
 
 def test_bad_parameters_and_state():
@@ -98,7 +98,7 @@ def test_bad_parameters_and_state():
     with pytest.raises(SelectorError, match="quantile"):
         ScopeDetector(quantile=0.7)
     with pytest.raises(SelectorError, match="not learned"):
-        ScopeDetector().score(["x"])
+        ScopeDetector(reader="raw").score(["x"])
     with pytest.raises(SelectorError, match="no family"):
         fitted().forget("nope")
     with pytest.raises(SelectorError, match="encoder must be"):
@@ -137,7 +137,7 @@ def test_encoder_score_is_the_mean_of_both_standardised_experts():
 
 
 def test_encoder_statistics_forget_exactly_and_round_trip(tmp_path):
-    both, music = fitted(encoder="minilm"), ScopeDetector(encoder="minilm").partial_fit(MUSIC, "music")
+    both, music = fitted(encoder="minilm"), ScopeDetector(encoder="minilm", reader="raw").partial_fit(MUSIC, "music")
     both.forget("maps")
     probe = MUSIC + MAPS + ["hello"]
     np.testing.assert_allclose(both.score(probe), music.score(probe))
@@ -163,12 +163,12 @@ def test_state_saved_before_the_encoder_loads_as_word_statistics(tmp_path):
 
 
 def test_a_family_of_one_request_has_no_leave_one_out_embedding_score():
-    det = ScopeDetector().partial_fit(["skip this song"], "music").partial_fit(MAPS, "maps")
+    det = ScopeDetector(reader="raw").partial_fit(["skip this song"], "music").partial_fit(MAPS, "maps")
     assert np.isnan(det.train_embedding_scores_["music"]).all()
     assert np.isfinite(det.threshold_) and np.isfinite(det.training_scores()).all()
     assert np.isfinite(det.score(["skip this song"])).all()
     # no family with two requests: the words alone set the threshold, which stays a number
-    lone = ScopeDetector().partial_fit(["skip this song"], "music").partial_fit(["route me home"], "maps")
+    lone = ScopeDetector(reader="raw").partial_fit(["skip this song"], "music").partial_fit(["route me home"], "maps")
     assert np.isfinite(lone.threshold_)
 
 
@@ -205,7 +205,7 @@ def test_statistics_from_other_encoder_weights_are_refused(tmp_path):
     with pytest.raises(SelectorError, match="another version"):
         back.score(["skip this song"])
     with pytest.raises(SelectorError, match="other encoder weights"):
-        ScopeDetector(encoder="minilm").partial_fit(MAPS, "maps").add_family(back, "music")
+        ScopeDetector(encoder="minilm", reader="raw").partial_fit(MAPS, "maps").add_family(back, "music")
 
 
 def test_scope_report_names_the_refused_in_domain_and_accepted_off_domain_requests():

@@ -32,7 +32,7 @@ from skillbank.data.records import Record
 from skillbank.errors import BankError, RecordError, SelectorError
 from skillbank.jsonfile import read_json
 from skillbank.memory.address import HashingNBAddress, Selector, load_selector, make_selector
-from skillbank.memory.scope import ScopeDetector, catalog_text
+from skillbank.memory.scope import ScopeDetector, catalog_text, fit_inputs
 from skillbank.memory.selector import selector_class
 from skillbank.memory.shard_files import dir_digests, shard_file_problems
 
@@ -134,9 +134,15 @@ class Plan:
     #: route: p(shard | request); scope_margin: scope score minus threshold (< 0: out of scope; null when the
     #: bank has no scope statistics or the shard was forced); executor_logprob: mean_logprob.
     confidence: dict = field(default_factory=dict)
+    #: with ``explain=True``: the scope margin, the top families with their probabilities, the words that
+    #: counted for the chosen family (their scores) and the spans read as values, not as evidence.
+    explain: dict | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["explain"] is None:  # the JSON of a plan without --explain is as before
+            del d["explain"]
+        return d
 
 
 def _as_catalog(catalog, family: str):
@@ -385,7 +391,7 @@ class SkillBank:
                 requests = [r.request for r in records]
                 address.partial_fit(requests, family)
                 if scope is not None:
-                    scope.partial_fit(requests, family, catalog_text(specs))
+                    scope.partial_fit(requests, family, catalog_text(specs), **fit_inputs(records, family))
             address_rel = f"address/{index:04d}"
             address.save(self.root / address_rel)
             if scope is not None:
@@ -490,13 +496,14 @@ class SkillBank:
 
     def plan(self, requests: Sequence[str] | str, *, shard: str | None = None, batch_size: int = 8,
              max_new_tokens: int | None = None, constrain: bool = True, copy_values: bool = False,
-             scope: bool = True) -> list[Plan]:
+             scope: bool = True, explain: bool = False) -> list[Plan]:
         """Route each request (or force ``shard``) and generate its task graph with that one executor.
 
         constrain: decode with the shard's grammar (its own skills and declared arguments only; default);
         copy_values: literal argument values must also be substrings of the request;
         scope: a request no learned family covers gets no plan (``out_of_scope`` with a ``reason``) and
-            is not generated; off when ``shard`` is forced."""
+            is not generated; off when ``shard`` is forced;
+        explain: each plan carries ``explain`` (see :class:`Plan`)."""
         if isinstance(requests, str):
             requests = [requests]
         requests = list(requests)
@@ -521,6 +528,8 @@ class SkillBank:
             max_new_tokens=max_new_tokens, constrain=constrain, copy_values=copy_values))) if run else {}
         gen_s = (time.perf_counter() - t1) / max(1, len(run))
         plans = []
+        explained = [self.explain(r, proba[i] if proba is not None else None, v) for i, (r, v) in
+                     enumerate(zip(requests, verdicts))] if explain else [None] * len(requests)
         for i, (req, name, v) in enumerate(zip(requests, chosen, verdicts)):
             probs = ({c: float(p) for c, p in zip(self.address.classes_, proba[i])} if proba is not None
                      else {name: 1.0})
@@ -529,14 +538,32 @@ class SkillBank:
             o = generated.get(i)
             if o is None:
                 plans.append(Plan(req, None, probs, None, None, "", route_s, 0.0, constrain, out_of_scope=True,
-                                  reason=v.reason, confidence={**confidence, "executor_logprob": None}))
+                                  reason=v.reason, confidence={**confidence, "executor_logprob": None},
+                                  explain=explained[i]))
                 continue
             graph = o.parsed.graph.canonical().to_dict() if o.parsed.graph is not None else None
             plans.append(Plan(req, name, probs, graph, o.parsed.error, o.text, route_s, gen_s, o.constrained,
                               o.n_tokens, round(o.mean_logprob, 4), out_of_scope=v.in_scope is False,
                               reason=v.reason if v.in_scope is False else None,
-                              confidence={**confidence, "executor_logprob": round(o.mean_logprob, 4)}))
+                              confidence={**confidence, "executor_logprob": round(o.mean_logprob, 4)},
+                              explain=explained[i]))
         return plans
+
+    def explain(self, request: str, proba: np.ndarray | None, verdict: "ScopeVerdict") -> dict:
+        """Why a request got its verdict: the scope margin, the top three families by the router's
+        probability, the words that counted for the family the scope statistics chose (with what each
+        adds to its score) and the spans read as argument values (no evidence either way)."""
+        out = {"scope_margin": (round(verdict.score - verdict.threshold, 3) if verdict.score is not None else None),
+               "scope_family": verdict.family, "top_families": [], "counted_words": [], "values": []}
+        if proba is not None:
+            order = np.argsort(-proba)[:3]
+            out["top_families"] = [{"family": self.address.classes_[j], "p": round(float(proba[j]), 4)} for j in order]
+        if self.scope is not None and verdict.family is not None:
+            masked = self.scope.read([request])[0]
+            out["values"] = [{"kind": k, "text": t} for k, t in masked.values]
+            out["counted_words"] = [{"word": w, "score": round(x, 3)}
+                                    for w, x in self.scope.word_evidence(masked, verdict.family)]
+        return out
 
     # -- a family's life cycle ---------------------------------------------------------------
     def _entry(self, family: str) -> ShardEntry:
@@ -671,7 +698,8 @@ class SkillBank:
             scope = ScopeDetector(**scope.get_params())
         if family in scope.classes_:
             scope.forget(family)
-        scope.partial_fit([r.request for r in records], family, catalog_text(read_skills_specs(self.root / entry.dir)))
+        scope.partial_fit([r.request for r in records], family, catalog_text(read_skills_specs(self.root / entry.dir)),
+                          **fit_inputs(records, family))
         address_rel = f"address/{self._next_index():04d}"
         address.save(self.root / address_rel)
         scope.save(self.root / address_rel)

@@ -36,6 +36,17 @@ leave-one-out scores. A family's embedding sum and count are statistics, not req
 replay-free and forgets exactly. ``encoder=None`` keeps the word statistics alone (and is what state saved
 before the encoder existed loads as).
 
+Reading intent, not values (``reader="values"``, the default for statistics made since it existed): both
+experts read the request with its argument values taken out (:mod:`skillbank.memory.values`): a passage to
+translate, a prompt, a file name or a city says nothing about which family serves the request, but every
+payload word a family never saw used to count against it. At learning time the gold graph's values are
+masked exactly, and the family's value vocabulary (words that occur inside values, words that introduce
+them) is learned with its other statistics; at plan time the mask comes from the request alone. The
+threshold is calibrated on requests unlike the templates: each training request is restyled
+(:func:`skillbank.data.augment.restyle`: case, punctuation, politeness, fillers, shorthand, a typo; every
+value kept verbatim) and the restyled text is scored against its family's statistics without the original
+(leave-one-out). ``reader="raw"`` is what statistics saved before it existed load as.
+
 Limits (measured in the README section "Requests no skill covers"): neither expert can tell "check me in
 for my flight" (no such skill) from "book me a flight" (a skill); template training requests cluster more
 tightly than hand-written ones, so a threshold drawn from them is stricter on hand-written requests than
@@ -55,10 +66,14 @@ from sklearn.feature_extraction.text import HashingVectorizer
 
 from skillbank.errors import SelectorError
 from skillbank.jsonfile import read_json
+from skillbank.memory.values import MaskedRequest, ValueVocabulary, mask, mask_record
+
+READERS = ("values", "raw")
 
 SCOPE_FORMAT = 1
 SCOPE_FILE = "scope.json"
 SCOPE_ARRAYS = "scope.npz"
+SCOPE_VALUES = "scope-values.json"
 # Words missing from the background list (file names, codes, misspellings) are rarer than anything in it.
 BACKGROUND_FLOOR = 1e-9
 # Each expert's scale: the distance from the median of its training scores down to this quantile.
@@ -95,6 +110,23 @@ def catalog_text(specs: Sequence[dict]) -> list[str]:
     return [d for d in docs if d.strip()]
 
 
+def fit_inputs(records, label: str) -> dict:
+    """``partial_fit``'s keyword arguments for a family's training records: each request's gold values and a
+    restyled copy of it for the threshold (seeded by the family name, so a refit gives the same statistics)."""
+    import random
+    import zlib
+
+    from skillbank.data.augment import restyle
+    from skillbank.memory.values import graph_values
+    rng = random.Random(zlib.crc32(label.encode("utf-8")))
+    records = list(records)
+    calibration = []
+    for r in records:
+        styled, changes = restyle(r.request, r.graph, rng)
+        calibration.append(styled if changes else None)
+    return {"values": [graph_values(r.graph) for r in records], "calibration": calibration}
+
+
 class ScopeDetector:
     """Out-of-scope detection from per-family statistics (scikit-learn style, state in ``*_``).
 
@@ -109,14 +141,19 @@ class ScopeDetector:
     """
 
     def __init__(self, lam: float = 0.5, quantile: float = 0.01, n_features: int = 2**18, language: str = "en",
-                 encoder: str | None = "minilm"):
+                 encoder: str | None = "minilm", reader: str = "values"):
         if not 0 < lam < 1:
             raise SelectorError(f"scope lam must be in (0, 1), got {lam!r}")
         if not 0 <= quantile < 0.5:
             raise SelectorError(f"scope quantile must be in [0, 0.5), got {quantile!r}")
         if encoder is not None and (not isinstance(encoder, str) or not encoder.strip()):
             raise SelectorError(f"scope encoder must be a name, a path or None, got {encoder!r}")
+        if reader not in READERS:
+            raise SelectorError(f"scope reader must be one of {READERS}, got {reader!r}")
         self.lam, self.quantile, self.n_features, self.language = float(lam), float(quantile), int(n_features), language
+        self.reader = reader
+        # What a value looks like in these families' requests (reader="values"): per-family word statistics.
+        self.vocabulary_ = ValueVocabulary()
         self.encoder = encoder
         self._vec = _vectorizer(self.n_features)
         self.classes_: list[str] = []
@@ -140,7 +177,7 @@ class ScopeDetector:
 
     def get_params(self) -> dict:
         return {"lam": self.lam, "quantile": self.quantile, "n_features": self.n_features, "language": self.language,
-                "encoder": self.encoder}
+                "encoder": self.encoder, "reader": self.reader}
 
     @property
     def evidence(self) -> str:
@@ -173,21 +210,56 @@ class ScopeDetector:
         self.encoder_digest_ = encoder.digest
         return encoder.encode(list(requests)).astype(np.float64)
 
+    def read(self, requests: Sequence[str]) -> list[MaskedRequest]:
+        """The requests as both experts read them: with their values masked (``reader="values"``) or whole."""
+        if self.reader == "raw":
+            return [MaskedRequest(r, ()) for r in requests]
+        return [mask(r, self.vocabulary_) for r in requests]
+
+    def _texts(self, masked: Sequence[MaskedRequest]) -> tuple[list[str], list[str]]:
+        """(what the word statistics read, what the encoder reads)."""
+        if self.reader == "raw":
+            return [m.request for m in masked], [m.request for m in masked]
+        return [m.intent for m in masked], [m.prose for m in masked]
+
     # -- learning ----------------------------------------------------------------------------
-    def partial_fit(self, requests: Sequence[str], label: str, catalog_docs: Sequence[str] = ()) -> "ScopeDetector":
+    def partial_fit(self, requests: Sequence[str], label: str, catalog_docs: Sequence[str] = (),
+                    values: Sequence[Sequence[str]] | None = None,
+                    calibration: Sequence[str | None] | None = None) -> "ScopeDetector":
         """Add one family's requests (and its catalog text, to the word statistics). Their leave-one-out
-        scores are kept for the threshold; the requests are not."""
+        scores are kept for the threshold; the requests are not.
+
+        values: per request, its gold graph's literal argument values (masked exactly; without them the
+            request's values are found as at plan time).
+        calibration: per request, a restyled version of it (or None): what the threshold's leave-one-out
+            score is computed on, instead of the request itself."""
         requests = list(requests)
         if not requests:
             raise SelectorError("scope partial_fit needs at least one request")
+        if values is not None and len(values) != len(requests):
+            raise SelectorError(f"scope partial_fit: {len(values)} value lists for {len(requests)} requests")
+        if calibration is not None and len(calibration) != len(requests):
+            raise SelectorError(f"scope partial_fit: {len(calibration)} calibration texts for {len(requests)} requests")
         if self.background_ is None:
             self.background_ = background(self.n_features, self.language).astype(np.float32)
-        embeddings = self._embed(requests) if self.encoder is not None else None
+        if self.reader == "values":
+            masked = ([mask_record(r, v, self.vocabulary_) for r, v in zip(requests, values)] if values is not None
+                      else [mask(r, self.vocabulary_) for r in requests])
+            self.vocabulary_.partial_fit(masked, label)
+        else:
+            masked = [MaskedRequest(r, ()) for r in requests]
+        word_texts, prose = self._texts(masked)
+        # the text each request's leave-one-out score is computed on
+        styled = [c if c else r for r, c in zip(requests, calibration)] if calibration is not None else None
+        cal_words, cal_prose = self._texts(self.read(styled)) if styled is not None else (word_texts, prose)
+        embeddings = self._embed(prose) if self.encoder is not None else None
+        cal_embeddings = (self._embed(cal_prose) if self.encoder is not None and styled is not None
+                          else embeddings)
         if embeddings is not None and self.embedding_sum_.size and embeddings.shape[1] != self.embedding_sum_.shape[1]:
             raise SelectorError(f"the encoder gives {embeddings.shape[1]} dimensions, the statistics hold "
                                 f"{self.embedding_sum_.shape[1]}")
         self._reset_derived()
-        X = self._vec.transform(requests + list(catalog_docs)).tocsr()
+        X = self._vec.transform(word_texts + list(catalog_docs)).tocsr()
         row = sp.csr_matrix(X.sum(axis=0))
         if label in self.classes_:
             i = self.classes_.index(label)
@@ -200,7 +272,8 @@ class ScopeDetector:
                                                  np.zeros((1, embeddings.shape[1]))])
                 self.embedding_count_ = np.append(self.embedding_count_, 0.0)
         i = self.classes_.index(label)
-        loo = self._family_scores(X[:len(requests)], i, leave_one_out=True)
+        own = X[:len(requests)]
+        loo = self._family_scores(self._vec.transform(cal_words).tocsr() if styled is not None else own, i, own)
         self.train_scores_[label] = np.concatenate([self.train_scores_.get(label, np.zeros(0)), loo])
         if embeddings is not None:
             self.embedding_sum_[i] += embeddings.sum(axis=0)
@@ -208,7 +281,7 @@ class ScopeDetector:
             # Each request against its family's mean without itself; undefined (nan) for a family's only request.
             rest = self.embedding_sum_[i][None, :] - embeddings
             with np.errstate(invalid="ignore", divide="ignore"):
-                cos = (embeddings * rest).sum(axis=1) / np.linalg.norm(rest, axis=1)
+                cos = (cal_embeddings * rest).sum(axis=1) / np.linalg.norm(rest, axis=1)
             cos[self.embedding_count_[i] < 2] = np.nan
             self.train_embedding_scores_[label] = np.concatenate(
                 [self.train_embedding_scores_.get(label, np.zeros(0)), cos])
@@ -225,6 +298,8 @@ class ScopeDetector:
             self.embedding_count_ = np.delete(self.embedding_count_, i)
             self.train_embedding_scores_.pop(label, None)
         self.classes_.pop(i)
+        if label in self.vocabulary_.classes_:
+            self.vocabulary_.forget(label)
         self._reset_derived()
         self.train_scores_.pop(label, None)
         return self
@@ -236,6 +311,8 @@ class ScopeDetector:
         i = self.classes_.index(label)
         one = ScopeDetector(**self.get_params())
         one.classes_, one.counts_ = [label], self.counts_[[i]].tocsr()
+        if label in self.vocabulary_.classes_:
+            one.vocabulary_ = self.vocabulary_.family(label)
         one.train_scores_ = {label: self.train_scores_[label]}
         one.background_ = self.background_
         if self.encoder is not None:
@@ -266,6 +343,8 @@ class ScopeDetector:
                 raise SelectorError(f"scope statistics made with other encoder weights ({other.encoder_digest_}, "
                                     f"here {self.encoder_digest_})")
         j = other.classes_.index(source)
+        if source in other.vocabulary_.classes_:
+            self.vocabulary_.add_family(other.vocabulary_, source, label)
         self.classes_.append(label)
         self.counts_ = sp.vstack([self.counts_, other.counts_[[j]]]).tocsr()
         self.train_scores_[label] = np.asarray(other.train_scores_[source])
@@ -315,7 +394,9 @@ class ScopeDetector:
             self._threshold = float(np.quantile(self.training_scores(), self.quantile))
         return self._threshold
 
-    def _family_scores(self, X: sp.csr_matrix, c: int, leave_one_out: bool = False) -> np.ndarray:
+    def _family_scores(self, X: sp.csr_matrix, c: int, leave_out: sp.csr_matrix | None = None) -> np.ndarray:
+        """Word scores of the rows of ``X`` against family ``c``; with ``leave_out``, row i scored against the
+        family's counts without row i of ``leave_out`` (the request it was made from)."""
         bg = self.background_.astype(float)
         fam = self.counts_[c].toarray().ravel()
         total = fam.sum()
@@ -325,17 +406,19 @@ class ScopeDetector:
             if not len(idx):
                 continue
             own, tot = fam[idx], total
-            if leave_one_out:
-                own, tot = own - cnt, total - cnt.sum()
-            p_fam = own / tot if tot > 0 else np.zeros_like(own)
+            if leave_out is not None:
+                gone = leave_out[i].toarray().ravel()
+                own, tot = own - gone[idx], total - gone.sum()
+            p_fam = np.maximum(own, 0) / tot if tot > 0 else np.zeros_like(own)
             out[i] = float(cnt @ np.log(self.lam * p_fam / bg[idx] + (1 - self.lam)))
         return out
 
-    def word_scores(self, requests: Sequence[str]) -> np.ndarray:
+    def word_scores(self, requests: Sequence[str] | Sequence[MaskedRequest]) -> np.ndarray:
         """The word statistics' log-likelihood ratio per request and family, (n_requests, n_classes)."""
         if not self.classes_:
             raise SelectorError("scope detector has not learned any family yet")
-        X = self._vec.transform(list(requests)).tocsr()
+        masked = self._as_masked(requests)
+        X = self._vec.transform(self._texts(masked)[0]).tocsr()
         if self._weights is None:
             # log(lam p/bg + 1 - lam) = log(1 - lam) + log1p(lam p / ((1 - lam) bg)): the log1p part is zero
             # wherever the family never saw the word, so one sparse product scores every family at once.
@@ -350,6 +433,27 @@ class ScopeDetector:
         scores[n_words == 0] = -np.inf  # a request with no words is explained by nothing
         return scores
 
+    def _as_masked(self, requests) -> list[MaskedRequest]:
+        requests = list(requests)
+        return requests if requests and isinstance(requests[0], MaskedRequest) else self.read(requests)
+
+    def word_evidence(self, request: str | MaskedRequest, label: str) -> list[tuple[str, float]]:
+        """Each word the word statistics read in ``request`` with what it adds to family ``label``'s score
+        (highest first): what ``--explain`` shows."""
+        if label not in self.classes_:
+            raise SelectorError(f"scope detector has no family {label!r}")
+        m = self._as_masked([request])[0]
+        text = self._texts([m])[0][0]
+        analyzer = self._vec.build_analyzer()
+        c = self.classes_.index(label)
+        fam = self.counts_[c].toarray().ravel()
+        total = max(fam.sum(), 1e-300)
+        out = {}
+        for word in analyzer(text):
+            j = int(self._vec.transform([word]).indices[0])
+            out[word] = float(np.log(self.lam * fam[j] / total / float(self.background_[j]) + 1 - self.lam))
+        return sorted(out.items(), key=lambda t: -t[1])
+
     def embedding_scores(self, requests: Sequence[str]) -> np.ndarray:
         """Cosine similarity of each request's embedding to each family's mean, (n_requests, n_classes)."""
         if self.encoder is None:
@@ -358,15 +462,16 @@ class ScopeDetector:
             raise SelectorError("scope detector has not learned any family yet")
         if self._unit_means is None:
             self._unit_means = self.embedding_sum_ / np.linalg.norm(self.embedding_sum_, axis=1, keepdims=True)
-        return self._embed(requests) @ self._unit_means.T
+        return self._embed(self._texts(self._as_masked(requests))[1]) @ self._unit_means.T
 
     def score(self, requests: Sequence[str]) -> np.ndarray:
         """Per request and family, shape (n_requests, n_classes), columns in ``classes_`` order: the word
         statistics' log-likelihood ratio, or with an encoder the mean of both experts' standardised scores."""
-        words = self.word_scores(requests)
+        masked = self._as_masked(requests)  # masked once for both experts
+        words = self.word_scores(masked)
         if self.encoder is None:
             return words
-        return self._combine(words, self.embedding_scores(requests))
+        return self._combine(words, self.embedding_scores(masked))
 
     def decision_function(self, requests: Sequence[str]) -> np.ndarray:
         """The request's best family score minus the threshold: negative means out of scope."""
@@ -389,6 +494,8 @@ class ScopeDetector:
             arrays["embedding_sum"], arrays["embedding_count"] = self.embedding_sum_, self.embedding_count_
             arrays.update({f"embedding_loo_{i}": self.train_embedding_scores_[k] for i, k in enumerate(self.classes_)})
         np.savez(directory / SCOPE_ARRAYS, **arrays)  # uncompressed, as the router's: see Selector.save
+        if self.reader == "values":
+            (directory / SCOPE_VALUES).write_text(json.dumps(self.vocabulary_.to_state(), ensure_ascii=False) + "\n")
         meta = {"format": SCOPE_FORMAT, "params": self.get_params(), "classes": self.classes_}
         if self.encoder is not None:
             meta["encoder_digest"] = self.encoder_digest_
@@ -399,7 +506,14 @@ class ScopeDetector:
         directory = Path(directory)
         meta = read_json(directory / SCOPE_FILE, SelectorError, expect_format=SCOPE_FORMAT, what="scope detector")
         # State saved before the encoder existed holds word statistics alone.
-        det = cls(**{"encoder": None, **meta.get("params", {})})
+        # State saved before the value reader existed read requests whole.
+        det = cls(**{"encoder": None, "reader": "raw", **meta.get("params", {})})
+        if det.reader == "values":
+            state = read_json(directory / SCOPE_VALUES, SelectorError, what="scope value vocabulary")
+            try:
+                det.vocabulary_ = ValueVocabulary.from_state(state)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise SelectorError(f"{directory / SCOPE_VALUES}: unreadable value vocabulary ({exc})") from None
         det.classes_ = list(meta.get("classes", []))
         det.encoder_digest_ = meta.get("encoder_digest")
         try:

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from skillbank.memory.scope import ScopeDetector, catalog_text
+from skillbank.memory.scope import ScopeDetector, catalog_text, fit_inputs
 
 
 def detector_for_stream(stream, families: Sequence[str] | None = None, **params) -> ScopeDetector:
@@ -26,7 +26,8 @@ def detector_for_stream(stream, families: Sequence[str] | None = None, **params)
     det = ScopeDetector(**params)
     for key in families or stream.family_keys:
         specs = [stream.catalog.skills[s].to_dict() for s in sorted(set(stream.catalog.family(key).skills))]
-        det.partial_fit([r.request for r in stream.train[key]], key, catalog_text(specs))
+        records = stream.train[key]
+        det.partial_fit([r.request for r in records], key, catalog_text(specs), **fit_inputs(records, key))
     return det
 
 

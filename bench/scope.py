@@ -1,0 +1,166 @@
+"""The scope gate and the router on requests as people write them: every figure of the scope issue, in one run.
+
+For each split (K = 5 built-in families, and the 20- and 50-family splits of the same catalog) it fits the
+statistics a bank learning the stream would hold (training requests, gold values, catalog; no shard is
+trained) with two readers: ``raw`` (the request whole, what banks made before the value reader hold) and
+``values`` (the default now: argument values masked, threshold calibrated on restyled training requests).
+Then it prints, on the hand-written sets:
+
+- in-domain kept and off-domain refused at the detector's own threshold (development sets: the older
+  ``paraphrase_builtin*`` / ``offdomain*`` fixtures; frozen test sets: ``users_indomain`` /
+  ``users_offdomain``, written blind to the design, on which nothing was chosen), refusal per off-domain
+  category (near misses among them);
+- route accuracy of the default Address Memory on the held-out template requests and on the hand-written
+  in-domain requests;
+- the time of scope plus routing per request, encoder included (one request at a time);
+- the trade-off curve (in-domain kept vs off-domain refused, the operating point marked), drawn to
+  ``--out``/scope-K.png with the numbers in ``--out``/scope.json.
+
+    .venv/bin/python bench/scope.py --out results/scope            # K = 5, 20, 50 (a few minutes)
+    .venv/bin/python bench/scope.py --families 5 --readers values  # one split, one reader
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from skillbank.data.builtin import build_builtin_stream
+from skillbank.memory.address import HashingNBAddress
+from skillbank.report.scope import detector_for_stream
+
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
+DEV_IN = ["paraphrase_builtin", "paraphrase_builtin_holdout", "paraphrase_builtin_short"]
+DEV_OFF = ["offdomain", "offdomain_holdout", "offdomain_short"]
+TEST_IN, TEST_OFF = ["users_indomain"], ["users_offdomain"]
+
+
+def rows(name: str) -> list[dict]:
+    return [json.loads(line) for line in (FIXTURES / f"{name}.jsonl").read_text().splitlines() if line.strip()]
+
+
+def family_of(record: dict, skill_family: dict[str, str]) -> str | None:
+    """The split family that holds every skill of a hand-written record (None when its skills span several)."""
+    fams = {skill_family.get(n["task"].split("::")[-1]) for n in record["graph"]["task_nodes"]}
+    return fams.pop() if len(fams) == 1 else None
+
+
+def rates(scores: np.ndarray, threshold: float) -> float:
+    return float((scores >= threshold).mean()) if len(scores) else float("nan")
+
+
+def run_split(k: int, readers: list[str], out: Path | None) -> dict:
+    stream = build_builtin_stream(seed=0, train_per_family=200, test_per_family=50, families=k)
+    # hand-written records name the five big families; a split's family is the one holding their skills
+    skill_family = {}
+    for key in stream.family_keys:
+        for sid in stream.catalog.family(key).skills:
+            skill_family[sid.split("::")[-1]] = key
+    ins = {n: [r for r in rows(n)] for n in DEV_IN + TEST_IN}
+    offs = {n: rows(n) for n in DEV_OFF + TEST_OFF}
+    held = [(r.request, key) for key in stream.family_keys for r in stream.test[key]]
+
+    router = HashingNBAddress()
+    for key in stream.family_keys:
+        router.partial_fit([r.request for r in stream.train[key]], key)
+    routed_held = np.mean([p == key for p, (_, key) in zip(router.predict([r for r, _ in held]), held)])
+    hand = [(r["request"], family_of(r, skill_family)) for n in DEV_IN + TEST_IN for r in ins[n]]
+    hand = [(q, f) for q, f in hand if f is not None]
+    routed_hand = np.mean([p == f for p, (_, f) in zip(router.predict([q for q, _ in hand]), hand)])
+    result = {"families": k, "route": {"heldout": float(routed_held), "handwritten": float(routed_hand),
+                                       "n_heldout": len(held), "n_handwritten": len(hand)}, "readers": {}}
+    print(f"\n## K = {k}: route accuracy (hashing-nb, the default Address Memory): held-out templates "
+          f"{routed_held:.1%} (n={len(held)}), hand-written {routed_hand:.1%} (n={len(hand)})")
+
+    for reader in readers:
+        t0 = time.perf_counter()
+        det = detector_for_stream(stream, reader=reader)
+        fit_s = time.perf_counter() - t0
+        thr = det.threshold_
+        score = {n: det.score([r["request"] for r in rs]).max(axis=1) for n, rs in {**ins, **offs}.items()}
+        held_scores = det.score([r for r, _ in held[::5]]).max(axis=1)
+        # one request at a time, scope then routing, as a plan does
+        sample = [r["request"] for r in ins["users_indomain"][:40]]
+        t0 = time.perf_counter()
+        for q in sample:
+            det.decision_function([q])
+            router.predict_proba([q])
+        per_request_ms = (time.perf_counter() - t0) * 1000 / len(sample)
+        entry = {"threshold": thr, "fit_seconds": fit_s, "ms_per_request": per_request_ms,
+                 "heldout_kept": rates(held_scores, thr), "kept": {}, "refused": {}, "refused_by_category": {}}
+        for n in DEV_IN + TEST_IN:
+            entry["kept"][n] = rates(score[n], thr)
+        for n in DEV_OFF + TEST_OFF:
+            entry["refused"][n] = 1 - rates(score[n], thr)
+            cats = sorted({r["category"] for r in offs[n]})
+            entry["refused_by_category"][n] = {
+                c: 1 - rates(np.array([s for r, s in zip(offs[n], score[n]) if r["category"] == c]), thr) for c in cats}
+        dev_in = np.concatenate([score[n] for n in DEV_IN])
+        dev_off = np.concatenate([score[n] for n in DEV_OFF])
+        test_in, test_off = score["users_indomain"], score["users_offdomain"]
+        entry["dev"] = {"kept": rates(dev_in, thr), "refused": 1 - rates(dev_off, thr)}
+        entry["test"] = {"kept": rates(test_in, thr), "refused": 1 - rates(test_off, thr)}
+        grid = np.quantile(np.concatenate([dev_in, dev_off, test_in, test_off]), np.linspace(0.01, 0.99, 99))
+        entry["curve"] = {"thresholds": grid.tolist(),
+                          "test_kept": [rates(test_in, t) for t in grid],
+                          "test_refused": [1 - rates(test_off, t) for t in grid],
+                          "dev_kept": [rates(dev_in, t) for t in grid],
+                          "dev_refused": [1 - rates(dev_off, t) for t in grid]}
+        result["readers"][reader] = entry
+        print(f"### reader {reader}: threshold {thr:.2f}, fit {fit_s:.1f} s, scope + routing "
+              f"{per_request_ms:.1f} ms / request")
+        print(f"- held-out templates kept {entry['heldout_kept']:.1%}")
+        print(f"- development: in-domain kept {entry['dev']['kept']:.1%}, off-domain refused {entry['dev']['refused']:.1%}")
+        print(f"- FROZEN TEST: in-domain kept {entry['test']['kept']:.1%}, off-domain refused "
+              f"{entry['test']['refused']:.1%}; by category: " + ", ".join(
+                  f"{c} {v:.0%}" for c, v in entry["refused_by_category"]["users_offdomain"].items()))
+    if out is not None:
+        plot(result, out / f"scope-k{k}.png")
+    return result
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    for reader, e in result["readers"].items():
+        c = e["curve"]
+        for part, ls in (("test", "-"), ("dev", ":")):
+            line, = ax.plot(c[f"{part}_refused"], c[f"{part}_kept"], ls, label=f"{reader}, {part}")
+            ax.plot([e[part]["refused"]], [e[part]["kept"]], "o", color=line.get_color())
+    ax.axhline(0.97, color="grey", lw=0.6, ls="--")
+    ax.axvline(0.95, color="grey", lw=0.6, ls="--")
+    ax.set_xlabel("off-domain refused")
+    ax.set_ylabel("in-domain kept")
+    ax.set_xlim(0, 1.01)
+    ax.set_ylim(0, 1.01)
+    ax.set_title(f"Scope gate, K = {result['families']} (dot: operating point; dashed: the goal)")
+    ax.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--families", default="5,20,50", help="comma-separated splits of the built-in catalog")
+    ap.add_argument("--readers", default="raw,values", help="comma-separated: raw, values")
+    ap.add_argument("--out", type=Path, help="write scope.json and one plot per split here")
+    args = ap.parse_args()
+    import torch
+    print(f"torch threads {torch.get_num_threads()}; figures on this machine, in this run")
+    results = [run_split(int(k), args.readers.split(","), args.out) for k in args.families.split(",")]
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "scope.json").write_text(json.dumps(results, indent=1) + "\n")
+        print(f"\nwrote {args.out}/scope.json and the plots")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Argument values in requests (skillbank.memory.values) and the scope detector's value reader."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from skillbank.memory.scope import ScopeDetector
+from skillbank.memory.values import ValueVocabulary, mask, mask_record
+
+
+@pytest.mark.parametrize("request_, kinds, intent", [
+    ("colorize ~/Pictures/IMG_2231.HEIC pls", ["image"], "colorize pls"),
+    ("email anna@x.com the link https://foo.com/a?b=1 at 5pm on March 3rd",
+     ["email", "url", "time", "date"], "email the link at"),
+    ("Translate this into German: The meeting moved to Thursday because the room is booked.",
+     ["name", "text"], "Translate this into : ."),
+    ("call +1 415 555 0193 tomorrow", ["phone", "date"], "call"),
+    ("play \"Dancing Queen\"", ["text"], "play"),
+    ("transcribe podcast_12.mp3 and meeting.wav", ["audio", "audio"], "transcribe and"),
+    ("It's Bob's birthday, send him 'happy birthday!'", ["name", "text"], "It's birthday, send him"),
+])
+def test_values_are_found_from_the_request_alone(request_, kinds, intent):
+    m = mask(request_)
+    assert [k for k, _ in m.values] == kinds
+    assert " ".join(m.intent.split()) == intent
+    # what the encoder reads keeps the sentence readable; the word statistics see typed placeholders
+    assert "xtext" not in m.prose and all(t not in m.intent for t in ("xtext", "ximage", "xurl"))
+
+
+def test_a_payload_after_an_introducing_colon_or_line_is_one_value():
+    m = mask("summarize\n\nThe quarterly report shows revenue grew by 12% over the last year.\n\nthanks")
+    assert m.values == [("text", "The quarterly report shows revenue grew by 12% over the last year")]
+    # a colon that introduces instructions, not a value, masks nothing
+    assert mask("two things: set an alarm and check the weather").values == []
+
+
+def test_gold_values_are_masked_exactly_and_learned_as_value_words():
+    records = [(f"sell my {item} on eBay", [item, "eBay"]) for item in ("sofa", "sofa", "sofa", "bike")]
+    masked = [mask_record(r, v) for r, v in records]
+    assert masked[0].intent.split() == ["sell", "my", "on"]
+    vocab = ValueVocabulary().partial_fit(masked, "shop")
+    assert vocab.is_value_word("sofa") and not vocab.is_value_word("bike")  # seen once: not enough
+    assert not vocab.is_value_word("sell") and vocab.is_intent_word("sell")
+    # learned value words are masked at plan time too
+    assert mask("sell the sofa", vocab).intent.split() == ["sell", "the"]
+
+
+def test_a_payload_does_not_count_against_its_family():
+    tr = ["translate 'hello there' into French", "translate 'good morning' into Spanish",
+          "please translate 'where is the station' into German", "translate 'thank you very much' to Italian"]
+    values = [["hello there", "French"], ["good morning", "Spanish"], ["where is the station", "German"],
+              ["thank you very much", "Italian"]]
+    raw = ScopeDetector(encoder=None, reader="raw").partial_fit(tr, "lang")
+    read = ScopeDetector(encoder=None).partial_fit(tr, "lang", values=values)
+    short = "translate 'cat' into Dutch"
+    long_ = ("translate 'the quarterly revenue of the cooperative grew despite supply chain disruption in the "
+             "northern provinces' into Dutch")
+    # whole requests: the long payload's unseen words sink the score; read for intent, both score alike
+    assert raw.score([long_])[0, 0] < raw.score([short])[0, 0] - 5
+    assert read.score([long_])[0, 0] == pytest.approx(read.score([short])[0, 0])
+
+
+def test_value_reader_forgets_exactly_round_trips_and_old_state_reads_whole(tmp_path):
+    music = ["play 'Dancing Queen' by ABBA", "play the song 'Yesterday'", "skip this song", "shuffle my playlist"]
+    maps = ["route me to 12 Main Street", "how far is Lyon by car", "navigate home avoiding tolls"]
+    both = ScopeDetector(encoder=None).partial_fit(music, "music").partial_fit(maps, "maps")
+    alone = ScopeDetector(encoder=None).partial_fit(music, "music")
+    both.forget("maps")
+    probe = music + maps + ["thanks"]
+    np.testing.assert_allclose(both.score(probe), alone.score(probe))
+    assert both.vocabulary_.classes_ == ["music"]
+    both.save(tmp_path / "s")
+    back = ScopeDetector.load(tmp_path / "s")
+    assert back.reader == "values"
+    np.testing.assert_allclose(back.score(probe), both.score(probe))
+    # statistics saved before the value reader existed name no reader: they read requests whole
+    meta = json.loads((tmp_path / "s" / "scope.json").read_text())
+    del meta["params"]["reader"]
+    (tmp_path / "s" / "scope.json").write_text(json.dumps(meta))
+    assert ScopeDetector.load(tmp_path / "s").reader == "raw"
+    # a value vocabulary that is missing is named
+    meta["params"]["reader"] = "values"
+    (tmp_path / "s" / "scope.json").write_text(json.dumps(meta))
+    (tmp_path / "s" / "scope-values.json").unlink()
+    with pytest.raises(Exception, match="scope-values.json"):
+        ScopeDetector.load(tmp_path / "s")
+
+
+def test_word_evidence_names_the_words_that_counted():
+    det = ScopeDetector(encoder=None).partial_fit(["set an alarm for 7am", "set my alarm for 6:30",
+                                                   "wake me up with an alarm at 9"], "clock")
+    evidence = dict(det.word_evidence("please set an alarm at 5am", "clock"))
+    assert max(evidence, key=evidence.get) == "alarm" and "5am" not in evidence
+    with pytest.raises(Exception, match="no family"):
+        det.word_evidence("x", "nope")
+
+
+def test_requests_that_are_all_payload_or_empty_score_as_explained_by_nothing():
+    det = ScopeDetector(encoder=None).partial_fit(["set an alarm for 7am", "set my alarm for 6:30"], "clock")
+    scores = det.score(["\"just a quote\"", "https://example.com/x", "😀", "x" * 20000])
+    assert not np.isfinite(scores[:3]).any()
+    assert not det.predict(["\"just a quote\"", "https://example.com/x"]).any()
