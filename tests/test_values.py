@@ -102,3 +102,30 @@ def test_requests_that_are_all_payload_or_empty_score_as_explained_by_nothing():
     scores = det.score(["\"just a quote\"", "https://example.com/x", "😀", "x" * 20000])
     assert not np.isfinite(scores[:3]).any()
     assert not det.predict(["\"just a quote\"", "https://example.com/x"]).any()
+
+
+def test_skill_prototypes_forget_exactly_round_trip_and_travel_with_a_family(tmp_path):
+    music = ["play 'Dancing Queen' by ABBA", "play the song 'Yesterday'", "skip this song", "skip to the next track"]
+    music_skills = [["play"], ["play"], ["skip"], ["skip"]]
+    maps = ["route me to 12 Main Street", "navigate home avoiding tolls", "how long is the drive to Lyon"]
+    maps_skills = [["route"], ["route"], ["eta"]]
+    both = (ScopeDetector(quantile=0.3).partial_fit(music, "music", skills=music_skills)
+            .partial_fit(maps, "maps", skills=maps_skills))
+    assert both.skill_names_ == {"music": ["play", "skip"], "maps": ["route", "eta"]}
+    # a request is compared with each skill's mean and the family keeps the best
+    e = both._embed(["skip the next song"])[0]
+    protos = both.skill_sums_["music"] / np.linalg.norm(both.skill_sums_["music"], axis=1, keepdims=True)
+    assert both.embedding_scores(["skip the next song"])[0, 0] == pytest.approx(float((protos @ e).max()), abs=1e-6)
+    alone = ScopeDetector(quantile=0.3).partial_fit(music, "music", skills=music_skills)
+    probe = music + maps + ["thanks"]
+    forgot = ScopeDetector.load(_saved(both, tmp_path / "a")).forget("maps")
+    np.testing.assert_allclose(forgot.score(probe), alone.score(probe))
+    assert forgot.threshold_ == pytest.approx(alone.threshold_)
+    moved = ScopeDetector(quantile=0.3).partial_fit(music, "music", skills=music_skills).add_family(
+        both.family_detector("maps"), "maps")
+    np.testing.assert_allclose(moved.score(probe), both.score(probe))
+
+
+def _saved(det, path):
+    det.save(path)
+    return path

@@ -45,7 +45,12 @@ them) is learned with its other statistics; at plan time the mask comes from the
 threshold is calibrated on requests unlike the templates: each training request is restyled
 (:func:`skillbank.data.augment.restyle`: case, punctuation, politeness, fillers, shorthand, a typo; every
 value kept verbatim) and the restyled text is scored against its family's statistics without the original
-(leave-one-out). ``reader="raw"`` is what statistics saved before it existed load as.
+(leave-one-out). Two more changes come with this reader. A word that no family has seen and that is rare in
+English (a name, a word of a payload the mask missed) adds nothing either way: it says nothing about which
+family, if any, covers the request, where a common English word that no family uses ("capital", "recipe")
+still counts against. And the encoder compares the request with each *skill's* mean embedding (the training
+requests that use the skill) and keeps the best, not with the family's mean: a family of 40 skills has a
+mean that is near none of its requests. ``reader="raw"`` is what statistics saved before it existed load as.
 
 Limits (measured in the README section "Requests no skill covers"): neither expert can tell "check me in
 for my flight" (no such skill) from "book me a flight" (a skill); template training requests cluster more
@@ -78,6 +83,9 @@ SCOPE_VALUES = "scope-values.json"
 BACKGROUND_FLOOR = 1e-9
 # Each expert's scale: the distance from the median of its training scores down to this quantile.
 TAIL_QUANTILE = 0.05
+# reader="values": a word at least this frequent in English counts against a family that never uses it, even
+# when no family uses it; a rarer word that no family uses adds nothing (about 1 in 10,000 words: "weather").
+COMMON_WORD = 1e-4
 
 
 @lru_cache(maxsize=4)
@@ -124,7 +132,8 @@ def fit_inputs(records, label: str) -> dict:
     for r in records:
         styled, changes = restyle(r.request, r.graph, rng)
         calibration.append(styled if changes else None)
-    return {"values": [graph_values(r.graph) for r in records], "calibration": calibration}
+    return {"values": [graph_values(r.graph) for r in records], "calibration": calibration,
+            "skills": [[n.task for n in r.graph.nodes] for r in records]}
 
 
 class ScopeDetector:
@@ -167,13 +176,17 @@ class ScopeDetector:
         self.embedding_sum_ = np.zeros((0, 0))
         self.embedding_count_ = np.zeros(0)
         self.train_embedding_scores_: dict[str, np.ndarray] = {}
+        # reader="values" with skills given: per family, its skills' names and embedding sums (n_skills, d)
+        self.skill_names_: dict[str, list[str]] = {}
+        self.skill_sums_: dict[str, np.ndarray] = {}
         self.encoder_digest_: str | None = None  # the weights the embedding statistics were made with
         # Derived once per state and reset by every update (partial_fit, forget, add_family): scoring a request
         # must not redo work that grows with the number of families K.
         self._weights = None  # (n_features, n_classes) sparse log1p weights
         self._threshold = None  # quantile of every family's kept scores (K x requests values)
         self._scales = None  # (median, scale) of the word and the embedding training scores
-        self._unit_means = None  # (n_classes, d) family mean embeddings, unit length
+        self._unit_means = None  # (n_prototypes, d) unit mean embeddings, and each one's family index
+        self._known = None  # (n_features,) 1 where a word counts against a family that never uses it
 
     def get_params(self) -> dict:
         return {"lam": self.lam, "quantile": self.quantile, "n_features": self.n_features, "language": self.language,
@@ -185,7 +198,7 @@ class ScopeDetector:
         return "its words" if self.encoder is None else "its words and its sentence embedding"
 
     def _reset_derived(self) -> None:
-        self._weights = self._threshold = self._scales = self._unit_means = None
+        self._weights = self._threshold = self._scales = self._unit_means = self._known = None
 
     def check_encoder(self) -> None:
         """Fail now, not after a shard's training, when the shipped encoder this detector needs is missing."""
@@ -225,19 +238,24 @@ class ScopeDetector:
     # -- learning ----------------------------------------------------------------------------
     def partial_fit(self, requests: Sequence[str], label: str, catalog_docs: Sequence[str] = (),
                     values: Sequence[Sequence[str]] | None = None,
-                    calibration: Sequence[str | None] | None = None) -> "ScopeDetector":
+                    calibration: Sequence[str | None] | None = None,
+                    skills: Sequence[Sequence[str]] | None = None) -> "ScopeDetector":
         """Add one family's requests (and its catalog text, to the word statistics). Their leave-one-out
         scores are kept for the threshold; the requests are not.
 
         values: per request, its gold graph's literal argument values (masked exactly; without them the
             request's values are found as at plan time).
         calibration: per request, a restyled version of it (or None): what the threshold's leave-one-out
-            score is computed on, instead of the request itself."""
+            score is computed on, instead of the request itself.
+        skills: per request, the skills its gold graph uses (``reader="values"``: the encoder compares a request
+            with each skill's mean embedding; without them, with the family's)."""
         requests = list(requests)
         if not requests:
             raise SelectorError("scope partial_fit needs at least one request")
         if values is not None and len(values) != len(requests):
             raise SelectorError(f"scope partial_fit: {len(values)} value lists for {len(requests)} requests")
+        if skills is not None and len(skills) != len(requests):
+            raise SelectorError(f"scope partial_fit: {len(skills)} skill lists for {len(requests)} requests")
         if calibration is not None and len(calibration) != len(requests):
             raise SelectorError(f"scope partial_fit: {len(calibration)} calibration texts for {len(requests)} requests")
         if self.background_ is None:
@@ -283,9 +301,37 @@ class ScopeDetector:
             with np.errstate(invalid="ignore", divide="ignore"):
                 cos = (cal_embeddings * rest).sum(axis=1) / np.linalg.norm(rest, axis=1)
             cos[self.embedding_count_[i] < 2] = np.nan
+            if self.reader == "values" and skills is not None:
+                cos = self._add_skills(label, skills, embeddings, cal_embeddings)
             self.train_embedding_scores_[label] = np.concatenate(
                 [self.train_embedding_scores_.get(label, np.zeros(0)), cos])
         return self
+
+    def _add_skills(self, label: str, skills: Sequence[Sequence[str]], embeddings: np.ndarray,
+                    cal_embeddings: np.ndarray) -> np.ndarray:
+        """Add the requests' embeddings to their skills' sums; return each calibration text's best cosine to a
+        skill of the family with the request's own embedding left out (nan where no skill has another request)."""
+        names = self.skill_names_.setdefault(label, [])
+        sums = self.skill_sums_.get(label, np.zeros((0, embeddings.shape[1])))
+        for used in skills:
+            for name in used:
+                if name not in names:
+                    names.append(name)
+                    sums = np.vstack([sums, np.zeros((1, embeddings.shape[1]))])
+        members = np.zeros((len(skills), len(names)))
+        for r, used in enumerate(skills):
+            for name in set(used):
+                members[r, names.index(name)] = 1.0
+        sums = sums + members.T @ embeddings
+        self.skill_sums_[label] = sums
+        out = np.full(len(skills), np.nan)
+        for r in range(len(skills)):
+            rest = sums - members[r][:, None] * embeddings[r][None, :]
+            norms = np.linalg.norm(rest, axis=1)
+            ok = norms > 1e-6 * max(norms.max(), 1e-12)
+            if ok.any():
+                out[r] = float(np.max(rest[ok] @ cal_embeddings[r] / norms[ok]))
+        return out
 
     def forget(self, label: str) -> "ScopeDetector":
         """Remove a family exactly (its rows of statistics and its training scores)."""
@@ -297,6 +343,8 @@ class ScopeDetector:
             self.embedding_sum_ = np.delete(self.embedding_sum_, i, axis=0)
             self.embedding_count_ = np.delete(self.embedding_count_, i)
             self.train_embedding_scores_.pop(label, None)
+        self.skill_names_.pop(label, None)
+        self.skill_sums_.pop(label, None)
         self.classes_.pop(i)
         if label in self.vocabulary_.classes_:
             self.vocabulary_.forget(label)
@@ -318,6 +366,8 @@ class ScopeDetector:
         if self.encoder is not None:
             one.embedding_sum_, one.embedding_count_ = self.embedding_sum_[[i]], self.embedding_count_[[i]]
             one.train_embedding_scores_ = {label: self.train_embedding_scores_[label]}
+            if label in self.skill_sums_:
+                one.skill_names_, one.skill_sums_ = {label: self.skill_names_[label]}, {label: self.skill_sums_[label]}
             one.encoder_digest_ = self.encoder_digest_
         return one
 
@@ -353,6 +403,9 @@ class ScopeDetector:
             self.embedding_sum_ = np.vstack([self.embedding_sum_.reshape(-1, dim), other.embedding_sum_[[j]]])
             self.embedding_count_ = np.append(self.embedding_count_, other.embedding_count_[j])
             self.train_embedding_scores_[label] = np.asarray(other.train_embedding_scores_[source])
+            if source in other.skill_sums_:
+                self.skill_names_[label] = list(other.skill_names_[source])
+                self.skill_sums_[label] = np.asarray(other.skill_sums_[source])
         self._reset_derived()
         return self
 
@@ -405,12 +458,14 @@ class ScopeDetector:
             idx, cnt = X.indices[X.indptr[i]:X.indptr[i + 1]], X.data[X.indptr[i]:X.indptr[i + 1]]
             if not len(idx):
                 continue
-            own, tot = fam[idx], total
-            if leave_out is not None:
-                gone = leave_out[i].toarray().ravel()
-                own, tot = own - gone[idx], total - gone.sum()
+            gone = leave_out[i].toarray().ravel()[idx] if leave_out is not None else 0
+            own, tot = fam[idx] - gone, total - (leave_out[i].sum() if leave_out is not None else 0)
             p_fam = np.maximum(own, 0) / tot if tot > 0 else np.zeros_like(own)
-            out[i] = float(cnt @ np.log(self.lam * p_fam / bg[idx] + (1 - self.lam)))
+            word = np.log(self.lam * p_fam / bg[idx] + (1 - self.lam))
+            if self.reader == "values":
+                seen = np.asarray(self.counts_[:, idx].sum(axis=0)).ravel() - gone > 0
+                word = np.where(seen | (bg[idx] >= COMMON_WORD), word, 0.0)
+            out[i] = float(cnt @ word)
         return out
 
     def word_scores(self, requests: Sequence[str] | Sequence[MaskedRequest]) -> np.ndarray:
@@ -429,7 +484,14 @@ class ScopeDetector:
             weights.data = np.log1p(self.lam * weights.data / ((1 - self.lam) * bg[weights.indices]))
             self._weights = weights.T.tocsr()
         n_words = np.asarray(X.sum(axis=1)).ravel()
-        scores = np.asarray((X @ self._weights).todense()) + np.log(1 - self.lam) * n_words[:, None]
+        if self.reader == "values":
+            if self._known is None:
+                seen = np.asarray(self.counts_.sum(axis=0)).ravel() > 0
+                self._known = (seen | (self.background_ >= COMMON_WORD)).astype(float)
+            penalised = X @ self._known
+        else:
+            penalised = n_words
+        scores = np.asarray((X @ self._weights).todense()) + np.log(1 - self.lam) * penalised[:, None]
         scores[n_words == 0] = -np.inf  # a request with no words is explained by nothing
         return scores
 
@@ -461,8 +523,21 @@ class ScopeDetector:
         if not self.classes_:
             raise SelectorError("scope detector has not learned any family yet")
         if self._unit_means is None:
-            self._unit_means = self.embedding_sum_ / np.linalg.norm(self.embedding_sum_, axis=1, keepdims=True)
-        return self._embed(self._texts(self._as_masked(requests))[1]) @ self._unit_means.T
+            rows, owner = [], []
+            for c, label in enumerate(self.classes_):
+                protos = self.skill_sums_.get(label) if self.reader == "values" else None
+                if protos is None or not len(protos):
+                    protos = self.embedding_sum_[[c]]
+                rows.append(protos)
+                owner += [c] * len(protos)
+            P = np.vstack(rows)
+            self._unit_means = (P / np.maximum(np.linalg.norm(P, axis=1, keepdims=True), 1e-12), np.array(owner))
+        P, owner = self._unit_means
+        sims = self._embed(self._texts(self._as_masked(requests))[1]) @ P.T
+        out = np.full((sims.shape[0], len(self.classes_)), -np.inf)
+        for c in range(len(self.classes_)):  # each family's best prototype
+            out[:, c] = sims[:, owner == c].max(axis=1)
+        return out
 
     def score(self, requests: Sequence[str]) -> np.ndarray:
         """Per request and family, shape (n_requests, n_classes), columns in ``classes_`` order: the word
@@ -493,12 +568,16 @@ class ScopeDetector:
         if self.encoder is not None:
             arrays["embedding_sum"], arrays["embedding_count"] = self.embedding_sum_, self.embedding_count_
             arrays.update({f"embedding_loo_{i}": self.train_embedding_scores_[k] for i, k in enumerate(self.classes_)})
+            arrays.update({f"skill_sum_{i}": self.skill_sums_[k] for i, k in enumerate(self.classes_)
+                           if k in self.skill_sums_})
         np.savez(directory / SCOPE_ARRAYS, **arrays)  # uncompressed, as the router's: see Selector.save
         if self.reader == "values":
             (directory / SCOPE_VALUES).write_text(json.dumps(self.vocabulary_.to_state(), ensure_ascii=False) + "\n")
         meta = {"format": SCOPE_FORMAT, "params": self.get_params(), "classes": self.classes_}
         if self.encoder is not None:
             meta["encoder_digest"] = self.encoder_digest_
+        if self.skill_names_:
+            meta["skills"] = self.skill_names_
         (directory / SCOPE_FILE).write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
 
     @classmethod
@@ -525,6 +604,8 @@ class ScopeDetector:
                 if det.encoder is not None:
                     det.embedding_sum_, det.embedding_count_ = z["embedding_sum"], z["embedding_count"]
                     det.train_embedding_scores_ = {k: z[f"embedding_loo_{i}"] for i, k in enumerate(det.classes_)}
+                    det.skill_names_ = {k: list(v) for k, v in meta.get("skills", {}).items()}
+                    det.skill_sums_ = {k: z[f"skill_sum_{det.classes_.index(k)}"] for k in det.skill_names_}
         except (OSError, KeyError, ValueError) as exc:
             raise SelectorError(f"{directory / SCOPE_ARRAYS}: unreadable scope statistics ({exc})") from None
         if det.encoder is not None and det.embedding_sum_.shape[0] != len(det.classes_):
