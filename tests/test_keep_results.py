@@ -1,20 +1,15 @@
-"""scripts/keep_results.py: a run's results without its weights, from which a run continues."""
-import importlib.util
+"""skillbank.continual.keep_results (scripts/keep_results.py): a run's results without its weights, from which
+a run continues."""
 import json
-from pathlib import Path
 
 from test_runner import tiny_config
 
+from skillbank.continual import keep_results
 from skillbank.continual.runner import run
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "keep_results.py"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("keep_results", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return keep_results
 
 
 def test_results_are_kept_without_weights_and_a_run_continues_from_them(tmp_path, tiny_model_dir):

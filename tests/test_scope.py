@@ -174,20 +174,20 @@ def test_a_family_of_one_request_has_no_leave_one_out_embedding_score():
 
 def test_scope_evidence_script_prints_every_pair_and_score(tmp_path, small_stream, capsys, monkeypatch):
     import json
-    import runpy
     import sys
     from pathlib import Path
+
+    from skillbank.experiments import scope_evidence
 
     small_stream.save(tmp_path / "stream")
     fixtures = Path(__file__).resolve().parent / "fixtures"
     off = tmp_path / "off.jsonl"
     off.write_text("".join(json.dumps({"request": r, "category": "misc"}) + "\n"
                            for r in ["what is the capital of France?", "hello there", "🙂"]))
-    script = Path(__file__).resolve().parents[1] / "scripts" / "scope_evidence.py"
     monkeypatch.setattr(sys, "argv", ["scope_evidence.py", "--stream", str(tmp_path / "stream"),
                                       "--records", str(fixtures / "paraphrase_builtin_holdout.jsonl"),
                                       "--offdomain", str(off)])
-    runpy.run_path(str(script), run_name="__main__")
+    scope_evidence.main()
     rows = [line for line in capsys.readouterr().out.splitlines() if "paraphrase_builtin_holdout vs off" in line]
     assert [r.split(" | ")[1] for r in rows] == ["words alone", "sentence embedding alone", "both (the detector's default)"]
     for row in rows:
