@@ -38,7 +38,8 @@ def test_learn_plan_reopen_cycle(tmp_path, base, tiny_model_dir, small_stream):
     assert json.loads((tmp_path / "bank" / "bank.json").read_text())["shards"][0]["digests"] == e1.digests
     # frozen means frozen in memory too, after adapter switches
     reqs = requests_of(small_stream, k1, k2)
-    plans = bank.plan(reqs, max_new_tokens=MAX_NEW)
+    # every request routed and generated: six training requests per family are too few for the scope check
+    plans = bank.plan(reqs, max_new_tokens=MAX_NEW, scope=False)
     assert not any(p.requires_grad for p in base.model.parameters())
     assert {p.shard for p in plans} <= {k1, k2}
     for p in plans:
@@ -48,7 +49,7 @@ def test_learn_plan_reopen_cycle(tmp_path, base, tiny_model_dir, small_stream):
     assert [p.shard for p in forced] == [k2, k2] and forced[0].probabilities == {k2: 1.0}
 
     reopened = SkillBank.open(tmp_path / "bank", base=load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False))
-    again = reopened.plan(reqs, max_new_tokens=MAX_NEW)
+    again = reopened.plan(reqs, max_new_tokens=MAX_NEW, scope=False)
     assert [(p.shard, p.raw, p.probabilities) for p in again] == [(p.shard, p.raw, p.probabilities) for p in plans]
     info = bank_info(tmp_path / "bank")
     assert [s["name"] for s in info["shards"]] == [k1, k2] and info["orphans"] == []

@@ -129,3 +129,20 @@ def test_skill_prototypes_forget_exactly_round_trip_and_travel_with_a_family(tmp
 def _saved(det, path):
     det.save(path)
     return path
+
+
+def test_forgetting_an_earlier_family_leaves_a_later_one_as_if_learned_alone():
+    # a family's statistics must not read what was learned before it (its values are masked with its own
+    # vocabulary, its training scores count its own words), or forget would not be exact
+    maps = ["route me to Main Street", "navigate home avoiding tolls", "how long is the drive to Lyon",
+            "directions to Main Street", "route to Lyon please"]
+    music = ["play the song 'Yesterday'", "skip this song", "play some Lyon jazz", "play Main Street blues"]
+    skills = [["play"], ["skip"], ["play"], ["play"]]
+    values = [["Yesterday"], [], ["Lyon jazz"], ["Main Street blues"]]
+    later = (ScopeDetector(quantile=0.3).partial_fit(maps, "maps", values=[["Main Street"], [], ["Lyon"],
+                                                                           ["Main Street"], ["Lyon"]])
+             .partial_fit(music, "music", values=values, skills=skills)).forget("maps")
+    alone = ScopeDetector(quantile=0.3).partial_fit(music, "music", values=values, skills=skills)
+    probe = maps + music + ["what is the capital of France"]
+    np.testing.assert_allclose(later.score(probe), alone.score(probe))
+    assert later.threshold_ == alone.threshold_

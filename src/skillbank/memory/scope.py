@@ -260,16 +260,22 @@ class ScopeDetector:
             raise SelectorError(f"scope partial_fit: {len(calibration)} calibration texts for {len(requests)} requests")
         if self.background_ is None:
             self.background_ = background(self.n_features, self.language).astype(np.float32)
+        # A family's statistics are made from its own data alone (its requests and its own value vocabulary, never
+        # another family's), so that forgetting another family leaves them exactly as if it was never learned.
+        own = self.vocabulary_.family(label) if label in self.vocabulary_.classes_ else None
         if self.reader == "values":
-            masked = ([mask_record(r, v, self.vocabulary_) for r, v in zip(requests, values)] if values is not None
-                      else [mask(r, self.vocabulary_) for r in requests])
+            masked = ([mask_record(r, v, own) for r, v in zip(requests, values)] if values is not None
+                      else [mask(r, own) for r in requests])
             self.vocabulary_.partial_fit(masked, label)
+            own = self.vocabulary_.family(label)
         else:
             masked = [MaskedRequest(r, ()) for r in requests]
         word_texts, prose = self._texts(masked)
         # the text each request's leave-one-out score is computed on
         styled = [c if c else r for r, c in zip(requests, calibration)] if calibration is not None else None
-        cal_words, cal_prose = self._texts(self.read(styled)) if styled is not None else (word_texts, prose)
+        cal_masked = (None if styled is None else [mask(r, own) for r in styled] if self.reader == "values"
+                      else [MaskedRequest(r, ()) for r in styled])
+        cal_words, cal_prose = self._texts(cal_masked) if styled is not None else (word_texts, prose)
         embeddings = self._embed(prose) if self.encoder is not None else None
         cal_embeddings = (self._embed(cal_prose) if self.encoder is not None and styled is not None
                           else embeddings)
@@ -463,8 +469,8 @@ class ScopeDetector:
             p_fam = np.maximum(own, 0) / tot if tot > 0 else np.zeros_like(own)
             word = np.log(self.lam * p_fam / bg[idx] + (1 - self.lam))
             if self.reader == "values":
-                seen = np.asarray(self.counts_[:, idx].sum(axis=0)).ravel() - gone > 0
-                word = np.where(seen | (bg[idx] >= COMMON_WORD), word, 0.0)
+                # at plan time "seen" is by any family; a training score may read its own family only (exact forget)
+                word = np.where((own > 0) | (bg[idx] >= COMMON_WORD), word, 0.0)
             out[i] = float(cnt @ word)
         return out
 
