@@ -11,6 +11,16 @@ Memory's routing time per request and as a share of the mean request latency; th
 throughput ratio and how many requests answered in both modes got identical answers.
 
     .venv/bin/python bench/serve.py [--bank runs/demo/methods/fsm/bank] [--clients 16] [--seconds 90]
+
+With --flood it measures fair admission instead: a polite client (its own loopback address, one plan at a
+time, waiting out Retry-After on a 429) first alone on an idle server, then side by side with a flooding
+client (another loopback address, --flooders concurrent requests, each retried 0.1 s after a 429, Retry-After
+ignored), against a queue of --flood-queue; once with fair admission and once without (--no-fair-admission,
+one queue in arrival order). Reported: the polite client's plans/s and median latency idle and under the
+flood, their ratio (target: the flooded rate within 2x of the idle one), its 429s, and the flooder's plans/s
+and 429s/s.
+
+    .venv/bin/python bench/serve.py --flood [--bank ...] [--seconds 60] [--flooders 32]
 """
 from __future__ import annotations
 
@@ -53,12 +63,12 @@ def metric_sum(text: str, name: str) -> float:
     return total
 
 
-def start_server(bank: Path, port: int, args, batching: bool) -> subprocess.Popen:
+def start_server(bank: Path, port: int, args, batching: bool, extra: tuple[str, ...] = ()) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "skillbank", "serve", str(bank), "--port", str(port), "--log-level", "warning",
            "--max-new-tokens", str(args.max_new_tokens), "--max-batch", str(args.max_batch),
            "--batch-window-ms", str(args.window_ms), "--queue-size", "1024", "--timeout-s", "1800",
            # every request generated: the load test measures generation, not how many the scope check refuses
-           "--no-scope"]
+           "--no-scope", *extra]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     if not batching:
@@ -157,6 +167,135 @@ def run_mode(bank: Path, args, requests: list[str], batching: bool) -> dict:
     return summarise(name, run, diff)
 
 
+# -- fair admission under a flood ----------------------------------------------------------------------
+POLITE, FLOODER = "127.0.0.3", "127.0.0.2"  # 127.0.0.0/8 is all loopback: two clients the server tells apart
+
+
+def _client(url: str, address: str, connections: int) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    return httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(3600), limits=limits,
+                             transport=httpx.AsyncHTTPTransport(local_address=address, limits=limits))
+
+
+async def polite(url: str, requests: list[str], seconds: float, stop: asyncio.Event | None = None) -> dict:
+    """One plan at a time; a 429 is waited out for its Retry-After."""
+    done, refused, latencies, i, timings = 0, 0, [], 0, []
+    t0 = last = time.perf_counter()
+    async with _client(url, POLITE, 1) as http:
+        while (left := seconds - (time.perf_counter() - t0)) > 0:
+            start = time.perf_counter()
+            try:
+                r = await asyncio.wait_for(http.post("/v1/plan", json={"request": requests[i % len(requests)]}), left)
+            except asyncio.TimeoutError:
+                break
+            i += 1
+            if r.status_code == 200:
+                done += 1
+                last = time.perf_counter()
+                latencies.append(last - start)
+                timings.append(r.json()["plans"][0]["timings"])
+            elif r.status_code == 429:
+                refused += 1
+                await asyncio.sleep(min(float(r.headers.get("retry-after", 1)), max(0.0, left)))
+            else:
+                raise RuntimeError(f"polite client got {r.status_code}: {r.text[:300]}")
+    if stop is not None:
+        stop.set()
+    # Where the time went, as the server saw it (median ms): waiting for a row, generating, and all of it.
+    server = {k: percentile([t[k] for t in timings], 50) for k in ("queue_ms", "generate_ms", "total_ms")}
+    # Plans per second up to the last answer: a request cut off at the end is not half a plan.
+    return {"plans": done, "per_s": done / (last - t0) if done else 0.0, "refused": refused,
+            "p50_s": percentile(latencies, 50), "server_p50_ms": server}
+
+
+async def flooder(url: str, requests: list[str], workers: int, stop: asyncio.Event, seconds: float) -> dict:
+    """``workers`` requests in flight at all times, each retried 0.1 s after a 429 (Retry-After ignored)."""
+    counts = {"plans": 0, "refused": 0}
+    t0 = time.perf_counter()
+
+    async def worker(http: httpx.AsyncClient, k: int) -> None:
+        i = k
+        while not stop.is_set():
+            try:
+                r = await http.post("/v1/plan", json={"request": requests[i % len(requests)]})
+            except httpx.HTTPError:
+                await asyncio.sleep(0.1)
+                continue
+            i += workers
+            if r.status_code == 200:
+                counts["plans"] += 1
+            else:
+                counts["refused"] += 1
+                await asyncio.sleep(0.1)
+
+    async with _client(url, FLOODER, workers) as http:
+        tasks = [asyncio.create_task(worker(http, k)) for k in range(workers)]
+        await stop.wait()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    wall = time.perf_counter() - t0
+    return {"plans_per_s": counts["plans"] / wall, "refused_per_s": counts["refused"] / wall}
+
+
+async def flooded(url: str, requests: list[str], args) -> tuple[dict, dict]:
+    stop = asyncio.Event()
+    flood = asyncio.create_task(flooder(url, requests[::-1], args.flooders, stop, args.seconds))
+    await asyncio.sleep(2)  # the flood fills the queue first
+    mine = await polite(url, requests, args.seconds, stop)
+    return mine, await flood
+
+
+def run_flood(bank: Path, args, requests: list[str], fair: bool) -> dict:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    name = "fair" if fair else "first-come"
+    extra = ("--queue-size", str(args.flood_queue)) + (() if fair else ("--no-fair-admission",))
+    print(f"[{name}] starting skillbank serve on {url} ...", file=sys.stderr, flush=True)
+    proc = start_server(bank, port, args, batching=True, extra=extra)
+    try:
+        wait_healthy(url, proc)
+        httpx.post(url + "/v1/plan", json={"request": requests[-1]}, timeout=600)  # warm-up, not measured
+        print(f"[{name}] the polite client alone for {args.seconds:g} s ...", file=sys.stderr, flush=True)
+        idle = asyncio.run(polite(url, requests, args.seconds))
+        print(f"[{name}] the polite client beside a flood of {args.flooders} for {args.seconds:g} s ...",
+              file=sys.stderr, flush=True)
+        under, flood = asyncio.run(flooded(url, requests, args))
+        text = httpx.get(url + "/metrics").text
+        under["batch_limit_at_end"] = metric_sum(text, "skillbank_batch_limit")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    ratio = idle["per_s"] / under["per_s"] if under["per_s"] else float("inf")
+    return {"mode": name, "idle": idle, "flooded": under, "flood": flood, "slowdown": ratio}
+
+
+def main_flood(args, requests: list[str], shards: list[str]) -> None:
+    results = [run_flood(args.bank, args, requests, fair) for fair in (True, False)]
+    print(f"\npolite client (one plan at a time, honours Retry-After) beside a flooder ({args.flooders} in flight, "
+          f"retries 0.1 s after a 429), queue {args.flood_queue}, {len(shards)} shards, loopback, cap "
+          f"{args.max_new_tokens} tokens, torch threads {args.threads or 'cores - 1'}, {args.seconds:g} s each")
+    print(f"{'admission':<11} {'idle/s':>7} {'idle p50':>8} {'flood/s':>7} {'flood p50':>9} {'slowdown':>8} "
+          f"{'429s':>5} {'flooder/s':>9} {'its 429/s':>9}")
+    for r in results:
+        i, u, f = r["idle"], r["flooded"], r["flood"]
+        print(f"{r['mode']:<11} {i['per_s']:>7.3f} {i['p50_s']:>8.2f} {u['per_s']:>7.3f} {u['p50_s']:>9.2f} "
+              f"{r['slowdown']:>7.2f}x {u['refused']:>5} {f['plans_per_s']:>9.3f} {f['refused_per_s']:>9.1f}")
+    print("target: the polite client's flooded rate within 2x of its idle rate (slowdown <= 2) with fair admission")
+    for r in results:
+        for phase in ("idle", "flooded"):
+            ms = r[phase]["server_p50_ms"]
+            print(f"  {r['mode']:<11} {phase:<8} polite request, server side (median ms): queue {ms['queue_ms']:.0f}, "
+                  f"generate {ms['generate_ms']:.0f}, total {ms['total_ms']:.0f}"
+                  + (f"; batch limit {r[phase]['batch_limit_at_end']:g} rows" if phase == "flooded" else ""))
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "flood": results},
+                                        indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bank", type=Path, default=Path("runs/demo/methods/fsm/bank"))
@@ -168,6 +307,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads of the server (default: the server's own, cores - 1)")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--flood", action="store_true", help="measure fair admission under a flood instead")
+    ap.add_argument("--flooders", type=int, default=32, help="--flood: the flooder's requests in flight")
+    ap.add_argument("--flood-queue", type=int, default=32, help="--flood: the server's --queue-size")
     args = ap.parse_args()
     if not (args.bank / "bank.json").is_file():
         sys.exit(f"{args.bank} is not a bank: run `make demo` first (it writes runs/demo/methods/fsm/bank) or pass --bank")
@@ -182,6 +324,9 @@ def main() -> None:
     per_family = [[r.request for r in reversed(stream.test[k])] for k in shards]
     n = min(len(x) for x in per_family) * len(shards)
     requests = [per_family[i % len(shards)][i // len(shards)] for i in range(n)]  # the warm-up takes the last
+    if args.flood:
+        main_flood(args, requests, shards)
+        return
 
     t0 = time.perf_counter()
     batched = run_mode(args.bank, args, requests, batching=True)

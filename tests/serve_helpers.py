@@ -69,11 +69,13 @@ def wait_healthy(url: str, timeout: float = 120.0, proc: subprocess.Popen | None
 
 
 @contextlib.contextmanager
-def live_server(app):
-    """Run an app under a real uvicorn server on a free loopback port, in a thread."""
+def live_server(app, **options):
+    """Run an app under a real uvicorn server on a free loopback port, in a thread. ``options``: more
+    ``uvicorn.Config`` keywords (``ServeConfig.uvicorn_options()``: the connection deadlines ``skillbank serve``
+    runs with)."""
     import uvicorn
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **options))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"

@@ -27,7 +27,9 @@ def bank_dir(tmp_path_factory, tiny_model_dir, small_stream):
 
 @pytest.fixture(scope="module")
 def client(bank_dir, tiny_model_dir):
-    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, batch_window_ms=5), base=fresh_base(tiny_model_dir))
+    # Every request routed and generated: six training requests a family are too few for the scope check
+    # (test_out_of_scope_is_answered_without_generating has it on).
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, scope=False, batch_window_ms=5), base=fresh_base(tiny_model_dir))
     with TestClient(app, raise_server_exceptions=False) as c:
         yield c
 
@@ -57,13 +59,15 @@ def test_plan_one_and_many_match_the_bank(client, small_stream):
     assert (p["out_of_scope"], p["reason"]) == (False, None)
     conf = p["confidence"]
     assert set(conf) == {"route", "scope_margin", "executor_logprob"}
-    assert conf["route"] == round(p["probabilities"][p["shard"]], 4) and conf["scope_margin"] >= 0
+    assert conf["route"] == round(p["probabilities"][p["shard"]], 4) and conf["scope_margin"] is None  # check off
     assert conf["executor_logprob"] <= 0
     # the service answers exactly what the library does for the same request
-    [ref] = svc.snapshot.bank.plan([reqs[0]], max_new_tokens=MAX_NEW)
-    assert (p["shard"], p["raw"], p["probabilities"], p["graph"], p["error"], p["out_of_scope"]) == \
-        (ref.shard, ref.raw, ref.probabilities, ref.graph, ref.error, ref.out_of_scope)
-    assert conf == pytest.approx(ref.confidence, abs=1e-3)
+    [ref] = svc.snapshot.bank.plan([reqs[0]], max_new_tokens=MAX_NEW, scope=False)
+    assert (p["shard"], p["raw"], p["probabilities"], p["graph"], p["error"]) == \
+        (ref.shard, ref.raw, ref.probabilities, ref.graph, ref.error)
+    # (the library reports its scope verdict even when it plans regardless; the service, check off, none)
+    assert {k: conf[k] for k in ("route", "executor_logprob")} == \
+        pytest.approx({k: ref.confidence[k] for k in ("route", "executor_logprob")}, abs=1e-3)
 
     many = client.post("/v1/plan", json={"request": reqs})
     plans = many.json()["plans"]
@@ -128,7 +132,10 @@ def test_chat_completions(client, small_stream):
                  400, "n must be 1")
     assert_error(client.post("/v1/chat/completions", json={"messages": [{"role": "system", "content": "x"}]}),
                  400, "no user message")
-    assert_error(client.post("/v1/chat/completions", json={"messages": []}), 422, "messages")
+    # a malformed field is a 400 naming it, as OpenAI answers (the rest of the API answers 422)
+    bad = client.post("/v1/chat/completions", json={"messages": []})
+    assert_error(bad, 400, "messages")
+    assert bad.json()["error"]["param"] == "messages"
 
 
 def test_text_parts_of_a_chat_message_are_joined_at_line_breaks():
@@ -179,6 +186,7 @@ def test_models_shards_health_metrics_openapi(client, small_stream):
     assert page.status_code == 200 and 'id="graph"' in page.text and 'id="prob-chart"' in page.text
 
 
+@pytest.mark.attack
 def test_bad_input_gets_clear_errors(client, small_stream):
     k1 = small_stream.family_keys[0]
     post = client.post
@@ -203,8 +211,9 @@ def test_bad_input_gets_clear_errors(client, small_stream):
     assert post("/v1/plan", json={"request": "book a table", "shard": k1}).status_code == 200
 
 
+@pytest.mark.attack
 def test_unexpected_error_is_a_500_without_traceback(bank_dir, tiny_model_dir, small_stream, monkeypatch):
-    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW), base=fresh_base(tiny_model_dir))
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, scope=False), base=fresh_base(tiny_model_dir))
     with TestClient(app, raise_server_exceptions=False) as c:
         def boom(batch, jobs):
             raise RuntimeError("secret internal detail")
@@ -215,7 +224,7 @@ def test_unexpected_error_is_a_500_without_traceback(bank_dir, tiny_model_dir, s
 
 
 def test_concurrent_requests_are_batched(bank_dir, tiny_model_dir, small_stream):
-    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, batch_window_ms=200, max_batch=8),
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, scope=False, batch_window_ms=200, max_batch=8),
                      base=fresh_base(tiny_model_dir))
     reqs = requests_of(small_stream, *small_stream.family_keys[:2])
     with TestClient(app) as c:
@@ -234,15 +243,16 @@ def test_concurrent_requests_are_batched(bank_dir, tiny_model_dir, small_stream)
 
 
 def test_no_batching_generates_one_at_a_time(bank_dir, tiny_model_dir, small_stream):
-    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, batching=False), base=fresh_base(tiny_model_dir))
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, scope=False, batching=False), base=fresh_base(tiny_model_dir))
     with TestClient(app) as c:
         plans = c.post("/v1/plan", json={"request": requests_of(small_stream, small_stream.family_keys[0])}).json()["plans"]
         assert [p["batch_size"] for p in plans] == [1] * len(plans)
 
 
+@pytest.mark.attack
 def test_full_queue_answers_429_with_retry_after(bank_dir, tiny_model_dir, small_stream):
     req = requests_of(small_stream, small_stream.family_keys[0])[0]
-    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, queue_size=2, batch_window_ms=0),
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, scope=False, queue_size=2, batch_window_ms=0),
                      base=fresh_base(tiny_model_dir))
     with TestClient(app) as c:
         svc = service_of(app)
@@ -262,9 +272,10 @@ def test_full_queue_answers_429_with_retry_after(bank_dir, tiny_model_dir, small
         assert 'skillbank_errors_total{kind="queue_full"} 1.0' in c.get("/metrics").text
 
 
+@pytest.mark.attack
 def test_timeout_is_a_504_and_spares_the_rest(bank_dir, tiny_model_dir, small_stream):
     req = requests_of(small_stream, small_stream.family_keys[0])[0]
-    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, timeout_s=0.5, batch_window_ms=0),
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, scope=False, timeout_s=0.5, batch_window_ms=0),
                      base=fresh_base(tiny_model_dir))
     with TestClient(app) as c:
         gate = Gate(service_of(app).engine)
@@ -279,8 +290,9 @@ def test_timeout_is_a_504_and_spares_the_rest(bank_dir, tiny_model_dir, small_st
         assert c.post("/v1/plan", json={"request": req}).status_code == 200
 
 
+@pytest.mark.attack
 def test_client_disconnect_mid_batch_does_not_disturb_its_batch_mates(bank_dir, tiny_model_dir, small_stream):
-    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, batch_window_ms=300, max_batch=4),
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, scope=False, batch_window_ms=300, max_batch=4),
                      base=fresh_base(tiny_model_dir))
     svc = service_of(app)
     req_a, req_b = requests_of(small_stream, small_stream.family_keys[0])[:2]
@@ -449,6 +461,7 @@ def test_prefix_reuse_matches_whole_prompt_prefill(client, small_stream):
     assert batch.prefixes.entries == {}
 
 
+@pytest.mark.attack
 def test_hostile_input_is_refused_cleanly(bank_dir, tiny_model_dir, small_stream):
     """Each of these was a 500 or got through before: a lone surrogate in a request, a non-string text part,
     a NUL byte in a path, a chunked body past the limit, a family name with a trailing newline."""
@@ -459,7 +472,7 @@ def test_hostile_input_is_refused_cleanly(bank_dir, tiny_model_dir, small_stream
 
     k1 = small_stream.family_keys[0]
     token = "hostile-test-token"
-    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, admin_token=token), base=fresh_base(tiny_model_dir))
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, scope=False, admin_token=token), base=fresh_base(tiny_model_dir))
     with live_server(app) as url, httpx.Client(base_url=url, timeout=60) as http:
         lone = b'{"request": "book \\ud800 a table", "shard": "' + k1.encode() + b'"}'
         assert_error(http.post("/v1/plan", content=lone, headers={"content-type": "application/json"}),
@@ -480,6 +493,7 @@ def test_hostile_input_is_refused_cleanly(bank_dir, tiny_model_dir, small_stream
         check_family_name("nl\n")
 
 
+@pytest.mark.attack
 def test_head_host_check_and_early_queue_refusal(bank_dir, tiny_model_dir, small_stream, monkeypatch):
     """HEAD answers on GET routes; a service on loopback answers only loopback Host names (DNS rebinding);
     a call that cannot fit the queue is refused before any routing or tokenizing."""
@@ -488,7 +502,7 @@ def test_head_host_check_and_early_queue_refusal(bank_dir, tiny_model_dir, small
     from skillbank.serve.config import LOOPBACK_NAMES
     from skillbank.serve.state import Snapshot
 
-    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, queue_size=2, allowed_hosts=LOOPBACK_NAMES),
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, scope=False, queue_size=2, allowed_hosts=LOOPBACK_NAMES),
                      base=fresh_base(tiny_model_dir))
     with live_server(app) as url, httpx.Client(base_url=url, timeout=60) as http:
         head = http.head("/healthz")
@@ -506,10 +520,11 @@ def test_head_host_check_and_early_queue_refusal(bank_dir, tiny_model_dir, small
         assert full.headers["retry-after"]
 
 
+@pytest.mark.attack
 def test_a_500_keeps_the_keep_alive_connection(bank_dir, tiny_model_dir, small_stream):
     """After an unexpected error the same connection answers the next request (it used to be reset)."""
     k1 = small_stream.family_keys[0]
-    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW), base=fresh_base(tiny_model_dir))
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, scope=False), base=fresh_base(tiny_model_dir))
     engine = service_of(app).engine
     real = engine.join_rows
 
@@ -555,15 +570,24 @@ def test_docs_load_offline(client):
 OFF_DOMAIN = ["what is the capital of France?", "asdf"]
 
 
-def test_out_of_scope_is_answered_without_generating(client, small_stream, monkeypatch):
+@pytest.fixture(scope="module")
+def scoped_client(bank_dir, tiny_model_dir):
+    app = create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, batch_window_ms=5), base=fresh_base(tiny_model_dir))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        yield c
+
+
+def test_out_of_scope_is_answered_without_generating(scoped_client, small_stream, monkeypatch):
     """A routed request no learned family covers gets no plan: shard and graph null, the reason, the same
     verdict and confidence as the library, and it never reaches the queue; a forced shard is not checked."""
+    client = scoped_client
     k1, k2 = small_stream.family_keys[:2]
     svc = service_of(client.app)
     queued = []
     submit = svc.batcher.submit
     monkeypatch.setattr(svc.batcher, "submit", lambda jobs: (queued.extend(j.request for j in jobs), submit(jobs))[1])
-    inside = requests_of(small_stream, k1)[0]
+    # a held-out request the library finds in scope (six training requests a family do not cover them all)
+    inside = next(r for r in requests_of(small_stream, k1) if svc.snapshot.bank.check_scope([r])[0].in_scope)
     reqs = [OFF_DOMAIN[0], inside, OFF_DOMAIN[1]]
     plans = client.post("/v1/plan", json={"request": reqs}).json()["plans"]
     assert queued == [inside]  # only the in-scope request was queued
@@ -686,8 +710,8 @@ def test_chat_answers_in_tool_calls_form(client, small_stream, monkeypatch):
         assert choice["message"]["tool_calls"] is None, ask
         graph = json.loads(choice["message"]["content"])
         assert [n["task"] for n in graph["task_nodes"]] == [a, b, c]
-    assert_error(client.post("/v1/chat/completions", json={**chat, "skillbank": {"format": "xml"}}), 422, "format")
-    assert_error(client.post("/v1/chat/completions", json={**chat, "tools": "all"}), 422, "tools")
+    assert_error(client.post("/v1/chat/completions", json={**chat, "skillbank": {"format": "xml"}}), 400, "format")
+    assert_error(client.post("/v1/chat/completions", json={**chat, "tools": "all"}), 400, "tools")
 
 
 def test_tool_calls_parse_with_the_openai_client_types(client, small_stream, monkeypatch):
@@ -715,11 +739,11 @@ def test_lazy_shards_in_the_service(bank_dir, tiny_model_dir, small_stream, tmp_
     from serve_helpers import copy_bank
     k1, k2 = small_stream.family_keys[:2]
     reqs = requests_of(small_stream, k1)[:2]
-    with TestClient(create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, batch_window_ms=5),
+    with TestClient(create_app(bank_dir, ServeConfig(max_new_tokens=MAX_NEW, scope=False, batch_window_ms=5),
                                base=fresh_base(tiny_model_dir)), raise_server_exceptions=False) as c:
         want = {k: c.post("/v1/plan", json={"request": reqs, "shard": k}).json() for k in (k1, k2)}
     bank = copy_bank(bank_dir, tmp_path / "bank")
-    app = create_app(bank, ServeConfig(max_new_tokens=MAX_NEW, batch_window_ms=5, max_resident=1),
+    app = create_app(bank, ServeConfig(max_new_tokens=MAX_NEW, scope=False, batch_window_ms=5, max_resident=1),
                      base=fresh_base(tiny_model_dir))
     execution = service_of(app).snapshot.bank.execution
     assert execution.resident == {}  # nothing loaded at startup
@@ -733,8 +757,12 @@ def test_lazy_shards_in_the_service(bank_dir, tiny_model_dir, small_stream, tmp_
         entry = next(e for e in service_of(app).snapshot.manifest.shards if e.name == k1)
         weights = bank / entry.dir / "adapter_model.safetensors"
         weights.write_bytes(weights.read_bytes()[:-4] + b"\0\0\0\0")
-        assert_error(c.post("/v1/plan", json={"request": reqs[0], "shard": k1}), 500,
-                     f"shard '{k1}'")
+        broken = c.post("/v1/plan", json={"request": reqs[0], "shard": k1})
+        assert broken.status_code == 200  # answered in its plan: a list's other requests would be generated
+        [p] = broken.json()["plans"]
+        assert (p["shard"], p["failed"], p["valid"], p["graph"]) == (k1, True, False, None)
+        assert f"shard '{k1}'" in p["error"] and "does not match its digest" in p["error"]
+        assert str(bank) not in p["error"] and str(bank.resolve()) not in p["error"]
         ok = c.post("/v1/plan", json={"request": reqs[0], "shard": k2})
         assert ok.status_code == 200 and ok.json()["plans"][0]["shard"] == k2
 

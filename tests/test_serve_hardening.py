@@ -254,6 +254,7 @@ def read_response(sock: socket.socket) -> bytes:
     return head + b"\r\n\r\n" + body
 
 
+@pytest.mark.attack
 def test_half_open_connections_are_closed(tmp_path, two_family_bank):
     bank = copy_bank(two_family_bank, tmp_path / "bank")
     with server(bank, tmp_path / "tmp", "--header-timeout-s", "1", "--keep-alive-s", "2") as (proc, url):

@@ -157,7 +157,7 @@ def test_killed_learn_job_leaves_the_served_bank_unchanged(tmp_path, two_family_
         before = plan_all(c, reqs)
         job = c.post("/v1/families", json={"family": k3, "records": jsonl(small_stream.train[k3])}, headers=AUTH).json()
         wait_for(lambda: service_of(app).learner.jobs[job["job"]].process is not None, what="the learn process")
-        cancelled = c.delete(f"/v1/families/{job['job']}", headers=AUTH).json()
+        cancelled = c.post(f"/v1/families/{job['job']}/cancel", headers=AUTH).json()
         assert cancelled["state"] == "cancelled"
         wait_for(lambda: service_of(app).learner.jobs[job["job"]].finished is not None, 60, "the job to end")
         status = c.get(f"/v1/families/{job['job']}", headers=AUTH).json()
@@ -246,8 +246,10 @@ def test_a_learn_cancelled_by_request_leaves_no_checkpoint(tmp_path, two_family_
     with TestClient(app) as c:
         job = c.post("/v1/families", json=_learn_body(small_stream, k3, epochs=40), headers=AUTH).json()
         wait_for(lambda: checkpoint.is_file(), 600, "a checkpoint")
-        assert c.delete(f"/v1/families/{job['job']}", headers=AUTH).json()["state"] == "cancelled"
-        wait_for(lambda: service_of(app).learner.jobs[job["job"]].finished is not None, 60, "the job to end")
-        status = c.get(f"/v1/families/{job['job']}", headers=AUTH).json()
-        assert status["state"] == "cancelled" and "kept" not in status["error"]
+        # DELETE cancels and forgets: the job is 404 at once, and kept (out of sight) until its process ended
+        deleted = c.delete(f"/v1/families/{job['job']}", headers=AUTH).json()
+        assert deleted["state"] == "cancelled" and "kept" not in deleted["error"]
+        assert c.get(f"/v1/families/{job['job']}", headers=AUTH).status_code == 404
+        assert c.get("/v1/families", headers=AUTH).json() == {"jobs": []}
+        wait_for(lambda: job["job"] not in service_of(app).learner.jobs, 60, "the job to end and be forgotten")
         assert not checkpoint.exists()  # the user gave that training up: nothing is left to continue

@@ -544,8 +544,11 @@ def learn(
     checkpoint_minutes: float = typer.Option(10.0, min=0, help="Write the training's state this often into "
                                              "BANK/checkpoints/ (0: never); rerunning a killed learn with the same "
                                              "arguments continues from it."),
+    init: str = typer.Option("fresh", help="Where the new LoRA starts: 'fresh', 'previous' (the last shard added), "
+                             "'nearest' (the shard the Address Memory routes most of these records to) or "
+                             "'shard:NAME' (a copy of that shard's weights; same LoRA shape)."),
 ):
-    """Learn a new skill family: train a fresh LoRA on its records only, freeze it, update the Address Memory.
+    """Learn a new skill family: train a LoRA on its records only, freeze it, update the Address Memory.
 
     Records, catalog and bank are checked first (the checks of `skillbank validate`, each record's family
     against --family included): a bad line stops it before any model is loaded or directory created. A learn
@@ -554,7 +557,9 @@ def learn(
     from skillbank.data.records import validate_records
     from skillbank.errors import RecordError
     from skillbank.memory.bank import SkillBank
+    from skillbank.memory.lineage import parse_init
     from skillbank.model.base import BaseModelConfig
+    parse_init(init)  # a typo fails before any model is loaded
     cat = load_catalog(catalog, family) if catalog else None
     v = validate_records(data, cat, family=family)
     for e in v.errors:
@@ -582,7 +587,7 @@ def learn(
         from skillbank.train.checkpoint import FitCheckpoint
         checkpoint = FitCheckpoint(learn_checkpoint_path(bank, family), every_seconds=60 * checkpoint_minutes)
     try:
-        entry = sb.learn(family, v.records, cfg, catalog=cat, checkpoint=checkpoint)
+        entry = sb.learn(family, v.records, cfg, catalog=cat, checkpoint=checkpoint, init=init)
     except KeyboardInterrupt:
         if checkpoint is not None and checkpoint.path.is_file():
             err.print(f"interrupted: the training so far is in {checkpoint.path}; run the same command again to "
@@ -592,7 +597,16 @@ def learn(
         raise typer.Exit(130)
     t = entry.training
     err.print(f"learned {family}: shard {entry.dir}, {len(entry.skills)} skills, {t['examples']} examples, "
-              f"{t['wall_seconds']:.0f} s, {t['tokens_per_second']:.0f} tokens/s, final loss {t['final_loss']:.3f}")
+              f"{t['wall_seconds']:.0f} s, {t['tokens_per_second']:.0f} tokens/s, final loss {t['final_loss']:.3f}, "
+              f"started {_start_text(entry.lineage)}")
+
+
+def _start_text(lineage: dict) -> str:
+    """A shard's starting point in words: 'fresh' or 'from NAME (previous)'."""
+    if lineage.get("init", "fresh") == "fresh":
+        return "fresh"
+    stale = " - since replaced" if lineage.get("start_current") is False else ""
+    return f"from {lineage.get('from')} ({lineage.get('by', 'name')}{stale})"
 
 
 def read_requests(file: Path) -> tuple[list, list[str]]:
@@ -648,6 +662,8 @@ def plan(
                                      help="Literal argument values must be substrings of the request."),
     scope: bool = typer.Option(True, "--scope/--no-scope",
                                help="A request no learned family covers gets no plan (out_of_scope, reason)."),
+    explain: bool = typer.Option(False, "--explain", help="Add \"explain\": the scope margin, the top families "
+                                 "with their probabilities, the words that counted and the spans read as values."),
 ):
     """Plan requests: route each to one shard, generate its task graph; prints one JSON object per request
     (a request no family covers: "shard": null, "out_of_scope": true and the reason)."""
@@ -657,7 +673,7 @@ def plan(
     ids, requests = read_requests(file) if file is not None else ([None], [request])
     sb = SkillBank.open(bank)
     for rid, p in zip(ids, sb.plan(requests, shard=shard, batch_size=batch_size, max_new_tokens=max_new_tokens,
-                                      constrain=constrain, copy_values=copy_values, scope=scope)):
+                                      constrain=constrain, copy_values=copy_values, scope=scope, explain=explain)):
         d = p.to_dict()
         if rid is not None:
             d = {"id": rid, **d}
@@ -723,6 +739,9 @@ def info(bank: Path = typer.Argument(..., help="The bank."), as_json: bool = typ
             table.add_row(str(i), sh["name"], str(sh["skills"]), sh["target_format"], str(sh["train_examples"]),
                           f"{sh['train_seconds'] or 0:.0f}", sh["created"])
         out.print(table)
+        for sh in data["shards"]:  # lines, not a column: a narrow table would cut the names
+            if sh["lineage"].get("init") == "shard":
+                out.print(f"{sh['name']} started {_start_text(sh['lineage'])}", highlight=False)
         if data["orphans"]:
             out.print(f"leftovers of an interrupted learn (removed by the next learn): {data['orphans']}")
         if verify:
@@ -764,18 +783,23 @@ def skills(bank: Path = typer.Argument(..., help="The bank."), as_json: bool = t
 def forget(bank: Path = typer.Argument(..., help="The bank."),
            family: str = typer.Argument(..., help="The family (shard) to remove."),
            keep: Optional[Path] = typer.Option(None, help="Move the shard's directory here instead of deleting it."),
+           with_descendants: bool = typer.Option(False, "--with-descendants", help="Also forget the shards that "
+                                                 "started from this family's weights (else such a family is refused)."),
            yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation.")):
     """Remove a family: its shard leaves the bank and its statistics leave the Address Memory (exactly)."""
     from skillbank.memory.bank import SkillBank
     sb = SkillBank.open_offline(bank)
     sb._entry(family)  # an unknown family fails before the question
-    if len(sb.shard_names) > 1:  # and so does a router that cannot remove its statistics
+    descendants = "forget" if with_descendants else "refuse"
+    heirs = sb.check_descendants(family, "forget", descendants, ("refuse", "forget"))  # so do descendants
+    if len(sb.shard_names) > 1 + len(heirs):  # and so does a router that cannot remove its statistics
         sb.check_exact_forget(family, "forget")
     if not yes and not keep:
-        typer.confirm(f"delete family {family!r} and its shard files from {bank}?", abort=True)
-    sb.forget(family, keep_files=keep)
-    err.print(f"forgot {family}: {len(sb.shard_names)} families left"
-              + (f"; its shard is kept in {keep}" if keep else ""))
+        also = f" and the {len(heirs)} that descend from it ({', '.join(heirs)})" if heirs else ""
+        typer.confirm(f"delete family {family!r}{also} and the shard files from {bank}?", abort=True)
+    sb.forget(family, keep_files=keep, descendants=descendants)
+    err.print(f"forgot {family}" + (f" and its descendants {', '.join(heirs)}" if heirs else "")
+              + f": {len(sb.shard_names)} families left" + (f"; its shard is kept in {keep}" if keep else ""))
 
 
 @app.command()
@@ -787,6 +811,10 @@ def relearn(
     catalog: Optional[Path] = typer.Option(None, help="The family's catalog (default: the old version's skills)."),
     config: Optional[Path] = typer.Option(None, help="TOML with a \\[train] section (default: the old version's recipe)."),
     epochs: Optional[int] = typer.Option(None, help="Override the number of epochs."),
+    init: str = typer.Option("fresh", help="Where the new version starts: 'fresh', 'previous', 'nearest' or "
+                             "'shard:NAME' (as for `skillbank learn`; never the family's own old shard)."),
+    descendants: str = typer.Option("refuse", help="Shards that started from the old version: 'refuse' (stop), "
+                                    "'keep' (as they are) or 'forget' (forget them in the same publish)."),
 ):
     """Train a new version of a family's shard on its records only and publish it atomically in its place."""
     from skillbank.data.tool_formats import load_catalog
@@ -801,7 +829,7 @@ def relearn(
     if config or epochs is not None:
         cfg = _train_config(config, epochs, None, "paper") if config else TrainConfig.from_dict(
             {**old.training.get("config", {}), **({"epochs": epochs} if epochs is not None else {})})
-    entry = sb.relearn(family, rs.records, cfg, catalog=cat)
+    entry = sb.relearn(family, rs.records, cfg, catalog=cat, init=init, descendants=descendants)
     err.print(f"relearned {family}: shard {entry.dir}, {entry.training['examples']} examples, "
               f"{entry.training['wall_seconds']:.0f} s")
 
@@ -934,7 +962,18 @@ def serve(
                                "of scope, with the reason, instead of planning it (a forced shard is not checked)."),
     header_timeout_s: float = typer.Option(10.0, help="A request head must arrive whole within this time "
                                            "(else 408 and the connection is closed: no half-open connections)."),
+    body_timeout_s: float = typer.Option(30.0, help="A request body must arrive within this time of its head, "
+                                         "plus 1 s per --body-min-rate bytes (else 408 and the connection is closed)."),
+    body_min_rate: float = typer.Option(65536.0, help="Bytes per second a body must keep up to be given more time "
+                                        "(0: --body-timeout-s is a fixed total)."),
     keep_alive_s: float = typer.Option(5.0, help="An idle keep-alive connection is closed after this time."),
+    fair_admission: bool = typer.Option(True, "--fair-admission/--no-fair-admission",
+                                        help="Share the queue and the batch between clients (by address): a client "
+                                        "that floods gets 429s, not the others."),
+    client_queue: Optional[int] = typer.Option(None, help="Most requests one client may have queued or running "
+                                               "(default: --queue-size / 4)."),
+    fair_slowdown: float = typer.Option(2.0, help="While several clients are active, the batch grows only while a "
+                                        "step stays within this many times a lone row's (0: no cap)."),
     max_resident: Optional[int] = typer.Option(None, help="Most shards kept loaded (least recently used evicted; "
                                                "default: every shard once used). Bounds memory for large banks."),
 ):
@@ -959,8 +998,11 @@ def serve(
                                    max_request_chars=max_request_chars, max_list=max_list,
                                    max_new_tokens=max_new_tokens, upstream=upstream, threads=threads,
                                    learn_threads=learn_threads, learn_checkpoint_minutes=learn_checkpoint_minutes,
-                                   header_timeout_s=header_timeout_s,
-                                   keep_alive_s=keep_alive_s, max_resident=max_resident)
+                                   header_timeout_s=header_timeout_s, body_timeout_s=body_timeout_s,
+                                   body_min_rate=body_min_rate, keep_alive_s=keep_alive_s,
+                                   fair_admission=fair_admission, client_queue=client_queue,
+                                   fair_slowdown=fair_slowdown,
+                                   max_resident=max_resident)
     except ValidationError as exc:
         raise typer.BadParameter("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
     application = create_app(bank, cfg)

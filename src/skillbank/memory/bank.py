@@ -32,6 +32,8 @@ from skillbank.data.records import Record
 from skillbank.errors import BankError, RecordError, SelectorError
 from skillbank.jsonfile import read_json
 from skillbank.memory.address import HashingNBAddress, Selector, load_selector, make_selector
+from skillbank.memory.lineage import descendants as lineage_descendants
+from skillbank.memory.lineage import fresh, lineage_of, resolve_start, weights_digest
 from skillbank.memory.scope import ScopeDetector, catalog_text, fit_inputs
 from skillbank.memory.selector import selector_class
 from skillbank.memory.shard_files import dir_digests, shard_file_problems
@@ -65,6 +67,9 @@ class ShardEntry:
     digests: dict[str, str]
     created: str = ""
     training: dict = field(default_factory=dict)
+    #: where the shard's training started (skillbank.memory.lineage): {"init": "fresh"} or {"init": "shard",
+    #: "from": NAME, "digest": the start's adapter weights digest then}; manifests without it read as fresh
+    lineage: dict = field(default_factory=fresh)
 
 
 @dataclass
@@ -258,8 +263,8 @@ class SkillBank:
     # -- write -------------------------------------------------------------------------------
     def learn(self, family: str, records: Sequence[Record] | Sequence[dict] | str | Path, train_config=None, *,
               skills: Sequence[str] | None = None, catalog=None, progress: bool = True,
-              pretrained: str | Path | None = None, checkpoint=None) -> ShardEntry:
-        """Train a fresh LoRA on ``records`` only, freeze it, append it, update the Address Memory.
+              pretrained: str | Path | None = None, checkpoint=None, init: str = "fresh") -> ShardEntry:
+        """Train a LoRA on ``records`` only, freeze it, append it, update the Address Memory.
 
         records: Record objects (taken as they are: already validated when they were read), or dicts in
             the JSONL record form, or a path to a JSONL file; dicts and files are checked by
@@ -280,15 +285,23 @@ class SkillBank:
             a kill continues from it.
         train_config: a :class:`~skillbank.train.executor.TrainConfig`; default: the recipe that suits the
             bank's base (:func:`skillbank.train.recipes.recipe_for_base`: small-cpu under 1B parameters).
+        init: where the new LoRA starts (:func:`~skillbank.memory.lineage.resolve_start`): "fresh" (default),
+            "previous" (the last shard added), "nearest" (the shard the Address Memory routes most of
+            ``records``' requests to) or "shard:NAME"; the weights of a start shard are copied (same LoRA shape
+            required), the training is otherwise the same, and the manifest records the start (``lineage``).
         """
         check_family_name(family)
         if family in self.shard_names:
             raise BankError(f"family {family!r} is already in the bank; shards are write-once - learn it under a new name")
         catalog, records, declared = self._family_inputs(family, records, catalog, skills)
         cfg = train_config or self.default_train_config()
+        start, lineage = resolve_start(self, family, init, [r.request for r in records], cfg)
+        if start is not None and pretrained is not None:
+            raise BankError(f"a pretrained adapter ({pretrained}) was trained elsewhere from a fresh LoRA; "
+                            f"it cannot start from shard {start!r} (init='fresh')")
         specs = [catalog.skills[s].to_dict() for s in declared if s in catalog.skills] if catalog else []
         return self._publish_shard(family, records, cfg, declared, specs, progress=progress, pretrained=pretrained,
-                                   checkpoint=checkpoint)
+                                   checkpoint=checkpoint, start=start, lineage=lineage)
 
     def _family_inputs(self, family: str, records, catalog, skills, *, replacing: bool = False):
         """(catalog, records, declared skill ids) of a family to learn, checked: records as Records (files and
@@ -330,13 +343,16 @@ class SkillBank:
 
     def _publish_shard(self, family: str, records: Sequence[Record] | None, cfg, declared: list[str], specs: list[dict],
                        *, progress: bool = True, pretrained: str | Path | None = None, replace: bool = False,
-                       imported: dict | None = None, checkpoint=None) -> ShardEntry:
+                       imported: dict | None = None, checkpoint=None, start: str | None = None,
+                       lineage: dict | None = None, drop: Sequence[str] = ()) -> ShardEntry:
         """Stage a shard (trained on ``records``, loaded from ``pretrained``, or copied by ``imported``), the
         Address Memory with it, then publish both with one atomic manifest write.
 
         replace: the family is already in the bank (relearn): its entry keeps its position, its Address
         statistics are subtracted first, and its old directory is removed after the publish.
         imported: {"dir": a shard directory to copy, "address": Address statistics, "scope": ...} (import).
+        start, lineage: the shard the training starts from (None: a fresh LoRA) and the record of it.
+        drop: families forgotten in the same publish (a relearn's descendants).
         """
         from skillbank.train.executor import common_prefix
         if imported is None:  # the router's statistics too are made after the training
@@ -372,7 +388,7 @@ class SkillBank:
                                         "learn step's; retrain it")
                 else:
                     summary = self.execution.train_shard(family, records, cfg, family_prefix=prefix, progress=progress,
-                                                         checkpoint=checkpoint)
+                                                         checkpoint=checkpoint, init=start)
                 self.execution.save_shard(family, staging)
                 (staging / "skills.json").write_text(json.dumps(
                     {"family": family, "skills": declared, "specs": specs}, indent=1, ensure_ascii=False) + "\n")
@@ -385,6 +401,10 @@ class SkillBank:
                 address.forget(family)
                 if scope is not None and family in scope.classes_:
                     scope.forget(family)
+            for gone in drop:
+                address.forget(gone)
+                if scope is not None and gone in scope.classes_:
+                    scope.forget(gone)
             if imported is not None:
                 _merge_family_stats(address, scope, family, imported)
             else:
@@ -410,12 +430,18 @@ class SkillBank:
         else:
             entry = ShardEntry(name=family, dir=shard_rel, skills=declared, family_prefix=prefix,
                                target_format=cfg.target_format, system_prompt=cfg.system_prompt, digests=digests,
-                               created=time.strftime("%Y-%m-%dT%H:%M:%S"), training=summary)
-        shards = ([entry if e.name == family else e for e in self.manifest.shards] if old_entry is not None
-                  else self.manifest.shards + [entry])
+                               created=time.strftime("%Y-%m-%dT%H:%M:%S"), training=summary,
+                               lineage=lineage or fresh())
+        shards = ([entry if e.name == family else e for e in self.manifest.shards if e.name not in drop]
+                  if old_entry is not None else self.manifest.shards + [entry])
+        dropped = [e for e in self.manifest.shards if e.name in drop]
         self._commit(shards, address, scope, address_rel)
         if old_entry is not None:  # superseded; a crash before this line leaves an orphan the next write removes
             shutil.rmtree(self.root / old_entry.dir, ignore_errors=True)
+        for e in dropped:
+            shutil.rmtree(self.root / e.dir, ignore_errors=True)
+            if self.execution is not None:
+                self.execution.detach(e.name)
         if self.execution is not None:
             self.execution.register(family, self.root / shard_rel, entry)
         return entry
@@ -580,60 +606,103 @@ class SkillBank:
                             "pools its statistics over families, so one family's cannot be removed exactly; "
                             f"a bank created with the default --address {HashingNBAddress.kind} can")
 
-    def forget(self, family: str, *, keep_files: str | Path | None = None) -> ShardEntry:
+    def descendants(self, family: str) -> list[str]:
+        """The shards that started from ``family``'s weights, directly or through one another (manifest order)."""
+        self._entry(family)
+        return lineage_descendants(self.manifest.shards, family)
+
+    def check_descendants(self, family: str, action: str, descendants: str, allowed: Sequence[str]) -> list[str]:
+        """``family``'s descendants, after refusing ``action`` when there are some and ``descendants`` is
+        "refuse": their weights carry some of what ``family``'s shard learned."""
+        if descendants not in allowed:
+            raise BankError(f"descendants must be one of {list(allowed)}, got {descendants!r}")
+        heirs = self.descendants(family)
+        if heirs and descendants == "refuse":
+            options = " or ".join(f"descendants={o!r}" for o in allowed if o != "refuse")
+            cli = "--with-descendants" if action == "forget" else "--descendants " + "|".join(allowed[1:])
+            raise BankError(f"cannot {action} {family!r}: shard(s) {heirs} started from its weights (directly or "
+                            f"through one another), so they carry some of what it learned; pass {options} "
+                            f"(`skillbank {action} {cli}`)")
+        return heirs
+
+    def forget(self, family: str, *, keep_files: str | Path | None = None, descendants: str = "refuse") -> ShardEntry:
         """Remove a family: its shard leaves the manifest and its statistics leave the Address Memory.
 
         Exact: the Address Memory's state is additive per family (Naive Bayes counts, scope counts), so the
         bank then routes exactly as a bank that never learned the family. keep_files: move the shard's
-        directory there (a new directory) instead of deleting it."""
+        directory there (a new directory) instead of deleting it. descendants: shards that started from this
+        family's weights (:meth:`descendants`) still carry some of it, so a family with descendants is refused
+        ("refuse", default) unless they are forgotten with it, in the same publish ("forget")."""
         entry = self._entry(family)
+        heirs = self.check_descendants(family, "forget", descendants, ("refuse", "forget"))
         if keep_files is not None:
             keep_files = Path(keep_files)
             if keep_files.exists():
                 raise BankError(f"{keep_files} already exists; give a new directory to keep the shard in")
-        remaining = [e for e in self.manifest.shards if e.name != family]
+            if heirs:
+                raise BankError(f"keep_files keeps one shard, but forgetting {family!r} forgets {heirs} too; "
+                                "export the ones to keep first (`skillbank export-family`), then forget without it")
+        gone = [family] + heirs
+        remaining = [e for e in self.manifest.shards if e.name not in gone]
         if remaining:
             self.check_exact_forget(family, "forget")
         address, scope = self._address_copy()
         address_rel = None
         if remaining:
-            address.forget(family)
-            if scope is not None and family in scope.classes_:
-                scope.forget(family)
+            for name in gone:
+                address.forget(name)
+                if scope is not None and name in scope.classes_:
+                    scope.forget(name)
             address_rel = f"address/{self._next_index():04d}"
             address.save(self.root / address_rel)
             if scope is not None:
                 scope.save(self.root / address_rel)
         else:
             address, scope = None, None
+        dropped = [e for e in self.manifest.shards if e.name in heirs]
         self._commit(remaining, address, scope, address_rel)
         if keep_files is not None:
             keep_files.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(self.root / entry.dir), str(keep_files))
         else:
             shutil.rmtree(self.root / entry.dir, ignore_errors=True)
+        for e in dropped:
+            shutil.rmtree(self.root / e.dir, ignore_errors=True)
         if self.execution is not None:
-            self.execution.detach(family)
+            for name in gone:
+                self.execution.detach(name)
         return entry
 
     def relearn(self, family: str, records, train_config=None, *, catalog=None,
-                skills: Sequence[str] | None = None, progress: bool = True) -> ShardEntry:
+                skills: Sequence[str] | None = None, progress: bool = True, init: str = "fresh",
+                descendants: str = "refuse") -> ShardEntry:
         """A new version of a family's shard, trained on ``records`` only and published atomically in place
-        of the old one (the old Address statistics are subtracted, the new ones added)."""
+        of the old one (the old Address statistics are subtracted, the new ones added).
+
+        init: where the new version starts (as in :meth:`learn`; never the family's own old shard).
+        descendants: shards that started from the old version are refused ("refuse", default), kept as they
+        are ("keep": their lineage then names a start whose recorded weights are gone) or forgotten in the
+        same publish ("forget")."""
         from skillbank.train.executor import TrainConfig
         old = self._entry(family)
         self.check_exact_forget(family, "relearn")
+        heirs = self.check_descendants(family, "relearn", descendants, ("refuse", "keep", "forget"))
+        drop = heirs if descendants == "forget" else []
         catalog, records, declared = self._family_inputs(family, records, catalog, skills, replacing=True)
         if catalog is not None:
             specs = [catalog.skills[s].to_dict() for s in declared if s in catalog.skills]
         else:  # keep the specs the old version was given
             specs = [sp for sp in read_skills_specs(self.root / old.dir) if sp.get("id") in declared]
         cfg = train_config or TrainConfig.from_dict(old.training.get("config", {}))
-        return self._publish_shard(family, records, cfg, declared, specs, progress=progress, replace=True)
+        start, lineage = resolve_start(self, family, init, [r.request for r in records], cfg, replacing=True,
+                                       exclude=drop)
+        return self._publish_shard(family, records, cfg, declared, specs, progress=progress, replace=True,
+                                   start=start, lineage=lineage, drop=drop)
 
     def export_family(self, family: str, out: str | Path) -> Path:
-        """Write one family as a directory another bank on the same base can import: the shard, its entry,
-        and its Address statistics (its row of counts; no requests)."""
+        """Write one family as a directory another bank on the same base can import: the shard, its entry (with
+        its lineage: a bank imports a shard only when it holds its start) and its Address statistics (its row of
+        counts; no requests)."""
         entry = self._entry(family)
         out = Path(out)
         if out.exists():
@@ -681,10 +750,23 @@ class SkillBank:
             raise BankError("the imported family's skills are already in this bank: "
                             + ", ".join(f"{s} (in {owned[s]})" for s in clash[:5]))
         entry.name = family
+        entry.lineage = self._imported_lineage(path, meta["entry"]["name"], entry.lineage)
         imported = {"dir": shard_dir, "entry": entry, "address": load_selector(path / "address"),
                     "scope": ScopeDetector.load(path / "address") if ScopeDetector.exists(path / "address") else None,
                     "source_name": meta["entry"]["name"]}
         return self._publish_shard(family, None, None, entry.skills, [], imported=imported)
+
+    def _imported_lineage(self, path: Path, name: str, lineage: dict) -> dict:
+        """An imported shard's lineage in this bank: its start must be here, found by its weights digest (under
+        whatever name this bank gives it); otherwise this bank could not forget that start exactly."""
+        if (lineage or {}).get("init", "fresh") == "fresh":
+            return fresh()
+        here = [e for e in self.manifest.shards if weights_digest(e) == lineage.get("digest")]
+        if not here:
+            raise BankError(f"{path}: shard {name!r} started from the weights of shard {lineage.get('from')!r} "
+                            f"(digest {str(lineage.get('digest'))[:19]}...), which this bank does not hold; import "
+                            "that shard first (`skillbank export-family` it from the same bank), then this one")
+        return {**lineage, "from": here[0].name}
 
     def fit_scope(self, family: str, records: Sequence[Record]) -> None:
         """Add scope statistics for a family of a bank learned before out-of-scope detection existed, or
@@ -725,7 +807,8 @@ def bank_info(path: str | Path, *, verify: bool = False) -> dict:
                         "scope": scope},
             "shards": [{"name": s.name, "dir": s.dir, "skills": len(s.skills), "family_prefix": s.family_prefix,
                         "target_format": s.target_format, "created": s.created,
-                        "train_examples": s.training.get("examples"), "train_seconds": s.training.get("wall_seconds")}
+                        "train_examples": s.training.get("examples"), "train_seconds": s.training.get("wall_seconds"),
+                        "lineage": lineage_of(s, manifest.shards)}
                        for s in manifest.shards],
             "orphans": [str(p.relative_to(root)) for p in orphans]}
 

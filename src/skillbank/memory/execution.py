@@ -39,6 +39,7 @@ from skillbank.model.serialization import decode_output
 GRAMMARS_KEPT = 256  # per-shard grammars kept built without max_resident (least recently used dropped)
 MIN_GRAMMARS_KEPT = 8  # with max_resident: at least this many, so a small bound does not rebuild every call
 COMPILED_PER_SHARD = 16  # compiled grammars (whole plan + plan prefixes) kept per shard grammar kept
+PREFIXES_KEPT = 32  # shards whose prompt-prefix keys/values are kept (~1.5 MB each on SmolLM2-135M)
 
 
 def grammars_kept(max_resident: int | None) -> int:
@@ -81,6 +82,11 @@ class ExecutionMemory:
         # Each shard's grammar is rebuilt on demand (a few ms), so only the recently used ones are kept:
         # with thousands of shards an unbounded map grew ~0.3 MB per shard ever used.
         self._grammars: LRUCache = LRUCache(grammars_kept(max_resident))
+        # Per shard: the keys and values of the prompt prefix its requests share (system prompt, chat template,
+        # request lead-in), computed by its first request and reused by every later call - a plan of one request
+        # otherwise prefilled them again each time. Each entry holds the adapter's PEFT config object: an adapter
+        # removed and loaded again has a new one, and its prefix is recomputed.
+        self._prefixes: LRUCache = LRUCache(PREFIXES_KEPT)
 
     # -- write -------------------------------------------------------------------------------
     def add(self, name: str, directory: str | Path, entry) -> None:
@@ -116,7 +122,20 @@ class ExecutionMemory:
         """Make shard ``name`` the running adapter, loading it first if the bank opened lazily and nothing
         has needed it yet; return the PeftModel."""
         self.ensure_resident([name])
+        peft = self.base.peft
+        if peft is not None and self.base.active_adapter == name and not peft.training:
+            return peft  # running already, in eval mode: activating again walks every module (~50 ms a plan)
         return self.base.activate(name)
+
+    def prefixes(self, name: str):
+        """Shard ``name``'s reused prompt prefix (:class:`~skillbank.model.decode.PrefixKV`), kept across calls
+        while the adapter loaded under that name stays the same one."""
+        from skillbank.model.decode import PrefixKV
+        config = self.base.peft.peft_config.get(name) if self.base.peft is not None else None
+        kept = self._prefixes.get(name)
+        if kept is None or kept[0] is not config:
+            kept = self._prefixes[name] = (config, PrefixKV())
+        return kept[1]
 
     def _load(self, name: str) -> None:
         """Read a shard's adapter after checking its files: a shard deleted or corrupted after the bank was
@@ -139,12 +158,22 @@ class ExecutionMemory:
             del self._grammars[key]
 
     def train_shard(self, name: str, records, cfg, *, family_prefix: str, progress: bool = True,
-                    checkpoint=None) -> dict:
-        """Train a fresh adapter ``name`` on ``records`` only; it stays in memory, frozen. Returns the summary.
-        checkpoint: a :class:`~skillbank.train.checkpoint.FitCheckpoint` to continue a killed training from."""
+                    checkpoint=None, init: str | None = None) -> dict:
+        """Train adapter ``name`` on ``records`` only; it stays in memory, frozen. Returns the summary.
+        checkpoint: a :class:`~skillbank.train.checkpoint.FitCheckpoint` to continue a killed training from.
+        init: a known shard whose LoRA weights the new adapter starts from (loaded first if it is not);
+        None: a fresh LoRA."""
         from skillbank.train.executor import train_executor
+        if init is not None:
+            try:
+                self.ensure_resident([init])
+            except BankError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - e.g. peft's size mismatch: weights made for another base
+                raise BankError(f"cannot start from shard {init!r}: its adapter does not load on this base "
+                                f"({exc.__class__.__name__}: {exc})") from None
         _, summary = train_executor(self.base, records, cfg, adapter_name=name, family_prefix=family_prefix,
-                                    progress=progress, checkpoint=checkpoint)
+                                    progress=progress, checkpoint=checkpoint, init_adapter=init)
         self.resident[name] = None  # in memory now; counted against max_resident once registered
         return summary.to_dict()
 
@@ -248,7 +277,8 @@ class ExecutionMemory:
             outs = generate_for_requests(model, self.base.tokenizer, [requests[i] for i in idx],
                                          system_prompt=entry.system_prompt, batch_size=batch_size,
                                          max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
-                                         progress=progress, stats=self.stats, grammars=grammars)
+                                         progress=progress, stats=self.stats, grammars=grammars,
+                                         prefixes=self.prefixes(name))
             for i, o in zip(idx, outs):
                 parsed = decode_output(o.text, entry.target_format, entry.family_prefix, stopped=o.stopped,
                                        reason=o.reason)

@@ -6,7 +6,8 @@ them and the shard's target format into a context-free grammar of every well-for
 * only the shard's skill ids (written as the format writes them: short names in ``compact``, full ids in
   ``json``);
 * per skill only its declared argument names, each at most once, in the canonical (sorted) order the
-  executors were trained on; a skill whose specs are unknown takes any argument names;
+  executors were trained on, every *required* one (a JSON Schema's ``required``) included and the others
+  optional; a skill whose specs are unknown takes any argument names;
 * argument values are JSON strings, or ``<node-j>`` references to an *earlier* node only (the grammar is
   unrolled over node positions, so a forward or self reference cannot be written);
 * at most ``max_nodes`` nodes; in ``compact`` a links line of ``s>t`` pairs between existing nodes;
@@ -61,10 +62,19 @@ _FREE_EBNF = {
 # -- the grammar ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SkillSpec:
-    """A skill as the grammar sees it: its id and argument names (None: unknown, any names allowed)."""
+    """A skill as the grammar sees it: its id, argument names (None: unknown, any names allowed) and the
+    names among them every node of the skill must give (``required``; the others may be left out)."""
 
     id: str
     arguments: tuple[str, ...] | None = None
+    required: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "required", tuple(self.required))
+        stray = [r for r in self.required if self.arguments is None or r not in self.arguments]
+        if stray:
+            raise ModelError(f"skill {self.id!r}: required argument(s) {stray} are not among its arguments "
+                             f"{list(self.arguments or [])}")
 
 
 @dataclass(frozen=True)
@@ -293,7 +303,8 @@ def _prefix_body(g: GraphGrammar, prior: tuple[str, ...]) -> None:
 
 def _arguments(g: GraphGrammar, name: str, skill: SkillSpec, i: int, compact: bool) -> None:
     """Rule ``name``: the arguments of ``skill`` at node position ``i`` - each declared name at most once, in
-    sorted order (compact: a JSON object's members; json: a list of {name, value} objects)."""
+    sorted order, every required one present (compact: a JSON object's members; json: a list of {name, value}
+    objects)."""
     def pair(arg_rule: Ref | Lit) -> tuple:
         if compact:
             return (arg_rule, Lit(":"), Ref(f"v{i}"))
@@ -307,14 +318,19 @@ def _arguments(g: GraphGrammar, name: str, skill: SkillSpec, i: int, compact: bo
     if not names:
         g.rules[name] = [(Lit(open_ + close),)]
         return
-    # r_j: a non-empty, ordered selection from names[j:]; linear in the number of arguments.
+    required = set(skill.required)
+    # r_j: a non-empty, ordered selection from names[j:] holding every required name among them; linear in the
+    # number of arguments. names[j] may end the selection only when no required name follows it, and may be
+    # skipped only when it is not required itself.
     for j in range(len(names) - 1, -1, -1):
         p = pair(Lit(json.dumps(names[j], ensure_ascii=False)))
-        alts = [p]
+        alts = [p] if not required & set(names[j + 1:]) else []
         if j + 1 < len(names):
-            alts += [p + (Lit(","), Ref(f"{name}r{j + 1}")), (Ref(f"{name}r{j + 1}"),)]
+            alts.append(p + (Lit(","), Ref(f"{name}r{j + 1}")))
+            if names[j] not in required:
+                alts.append((Ref(f"{name}r{j + 1}"),))
         g.rules[f"{name}r{j}"] = alts
-    g.rules[name] = [(Lit(open_ + close),), (Lit(open_), Ref(f"{name}r0"), Lit(close))]
+    g.rules[name] = ([(Lit(open_ + close),)] if not required else []) + [(Lit(open_), Ref(f"{name}r0"), Lit(close))]
 
 
 def _repeat(g: GraphGrammar, name: str, item: tuple, sep: str) -> Ref:
@@ -367,15 +383,16 @@ def specs_from_skills_json(data: dict, where: str) -> tuple[list[SkillSpec], boo
     specs = data.get("specs") or []
     if not isinstance(specs, list):
         raise ModelError(f"{where}: malformed skills.json ('specs' must be a list)")
-    by_id = {}
+    by_id, required = {}, {}
     for k, s in enumerate(specs):
         try:
             args = s["arguments"]
             by_id[s["id"]] = tuple(a["name"] for a in args)
-        except (KeyError, TypeError):
+            required[s["id"]] = tuple(a["name"] for a in args if a.get("required") is True)
+        except (KeyError, TypeError, AttributeError):
             raise ModelError(f"{where}: malformed skills.json (spec {k} needs 'id' and 'arguments' with names)") from None
     complete = all(sid in by_id for sid in data["skills"])
-    return [SkillSpec(sid, by_id.get(sid)) for sid in data["skills"]], complete
+    return [SkillSpec(sid, by_id.get(sid), required.get(sid, ())) for sid in data["skills"]], complete
 
 
 # -- backends ------------------------------------------------------------------------------------------
@@ -386,6 +403,11 @@ class RowMatcher:
     def consume(self, token: int) -> bool: ...
     @property
     def error(self) -> str: ...
+
+    def allows(self, token: int) -> bool | None:
+        """Whether the grammar allows ``token`` next, where a backend can tell without a whole mask; None: ask
+        :meth:`fill`."""
+        return None
 
 
 class _LLGuidanceRow(RowMatcher):
@@ -398,6 +420,9 @@ class _LLGuidanceRow(RowMatcher):
 
     def consume(self, token):
         return self.m.consume_token(token)
+
+    def allows(self, token):
+        return self.m.validate_tokens([token]) == 1  # ~2 us; a whole mask takes ~70 us
 
     @property
     def error(self):
@@ -413,6 +438,9 @@ class _PlanRow(RowMatcher):
     def __init__(self, cache: "GrammarCache", grammar: GraphGrammar):
         self.cache, self.grammar = cache, grammar
         self.tokens: list[int] = []
+        self.text = bytearray()  # the tokens' bytes so far, appended token by token (a byte-level vocabulary's
+        # decode is the concatenation of its tokens' bytes): decoding every token again at each node end made a
+        # row's bookkeeping quadratic in its length (in json, where every '"' may end a node's skill)
         self.nodes: tuple[str, ...] = ()
         self.row = _LLGuidanceRow(cache.compile(grammar.variant(())).deep_copy())
         self._error = ""
@@ -420,13 +448,18 @@ class _PlanRow(RowMatcher):
     def fill(self, bitmask, row):
         self.row.fill(bitmask, row)
 
+    def allows(self, token):
+        return self.row.allows(token)
+
     def consume(self, token):
         if not self.row.consume(token):
             return False
         self.tokens.append(token)
-        if self.grammar.node_end.encode() not in self.cache.decode([token]):
+        piece = self.cache.decode([token])
+        self.text += piece
+        if self.grammar.node_end.encode() not in piece:
             return True  # no skill name was completed by this token
-        nodes = self.grammar.plan_nodes(self.cache.decode(self.tokens).decode("utf-8", errors="replace"))
+        nodes = self.grammar.plan_nodes(self.text.decode("utf-8", errors="replace"))
         if nodes is None:
             self._error = "a node names a skill outside the grammar"
             return False

@@ -49,6 +49,7 @@ is the server-side equivalent).
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 from dataclasses import dataclass, field
@@ -106,14 +107,17 @@ class RowBatch:
     lora: ``"auto"``, ``"gathered"`` or ``"peft"``: how a batch of several shards applies them (module docstring)."""
 
     def __init__(self, model, tokenizer, base=None, *, reuse_prefixes: bool = True, min_prefix_tokens: int = 8,
-                 lora: str = "auto"):
+                 lora: str = "auto", prefixes: "PrefixKV | None" = None):
         if lora not in LORA_PATHS:
             raise ModelError(f"lora must be one of {list(LORA_PATHS)}, got {lora!r}")
         self.model, self.tokenizer, self.base, self.lora = model, tokenizer, base, lora
         self._stacked: StackedLoRA | None = None  # without a LoadedBase: this batch's own stack
         self._refused: tuple | None = None  # under "auto": the adapter set the gathered path refused
+        self._lean: dict = {}  # adapter name -> its LoRA layers' weights, for the one-shard forward (_lean_lora)
         _check_attention_only(model)
-        self.prefixes = PrefixKV(min_prefix_tokens) if reuse_prefixes else None
+        # prefixes: a caller's store, kept across batches (the same model and adapters: it is the caller's to drop
+        # when they change); else this batch's own.
+        self.prefixes = (prefixes if prefixes is not None else PrefixKV(min_prefix_tokens)) if reuse_prefixes else None
         self.device = next(model.parameters()).device
         self.stops = set(stop_token_ids(tokenizer, model))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.stops)
@@ -130,17 +134,21 @@ class RowBatch:
 
     def forget_prefixes(self) -> None:
         """Drop the reused prefixes (call when the model's adapters change)."""
+        self._lean = {}
         if self.prefixes is not None:
             self.prefixes = PrefixKV(self.prefixes.min_tokens)
 
     def _forward(self, cache, input_ids, mask, position_ids, adapters: list[str | None]):
         extra, mixed = {}, contextlib.nullcontext()
         names = self._named(adapters)
-        if names is not None:
+        if names is None:
+            mixed = self._lean_lora(None)
+        else:
             distinct = set(names)
             if len(distinct) == 1 and self.base is not None and BASE not in distinct:
                 if self.base.active_adapter != names[0]:
                     self.base.activate(names[0])  # the plain one-adapter forward: cheaper than any mixed batch
+                mixed = self._lean_lora(names[0])
             else:
                 stack = self._stack()
                 if stack is not None:
@@ -151,6 +159,22 @@ class RowBatch:
             out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=True,
                              logits_to_keep=1, **{self._cache_arg: cache}, **extra)
         return out.logits[:, -1, :]
+
+    def _lean_lora(self, name: str | None):
+        """A context in which the LoRA layers of adapter ``name`` (None: the model's one active adapter) run
+        :func:`_lean_forward` instead of PEFT's own; a null context where that is not exact (see there)."""
+        peft = self.base.peft if self.base is not None and self.base.peft is not None else self.model
+        if not hasattr(peft, "peft_config"):
+            return contextlib.nullcontext()
+        if name is None:
+            active = list(peft.active_adapters)
+            if len(active) != 1:
+                return contextlib.nullcontext()
+            name = active[0]
+        layers = self._lean.get(name)
+        if layers is None or (layers and layers[0][0].lora_A._modules.get(name) is not layers[0][2]):
+            layers = self._lean[name] = _lean_layers(peft, name)  # first use, or the adapter was loaded again
+        return _patched(layers) if layers else contextlib.nullcontext()
 
     def _named(self, adapters: list[str | None]) -> list[str] | None:
         """Every row's adapter by name, None for a batch of unnamed rows only (the model runs as it is).
@@ -202,12 +226,10 @@ class RowBatch:
     def add_ids(self, ids: Sequence[list[int]], keys: Sequence[Any], adapters: Sequence[str | None],
                 caps: Sequence[int], matchers: Sequence[Any] | None = None) -> None:
         """:meth:`add` for prompts already tokenized."""
-        from transformers import DynamicCache
-
         adapters, ids = list(adapters), list(ids)
         heads = self._reused_heads(adapters, ids)  # per row: (reused prefix tokens, their k/v per layer)
         width = max(len(tokens) for tokens, _ in heads)
-        cache = DynamicCache()
+        cache = growing_cache()
         if width:
             # every row's reused k/v left-padded to the longest prefix: [rows, kv_heads, width, head_dim]
             some = next(kv for h, kv in heads if h)
@@ -292,6 +314,12 @@ class RowBatch:
         nxt = self.logits.argmax(dim=-1)
         constrained = [r for r, row in enumerate(self.rows) if row.matcher is not None]
         dead: dict[int, str] = {}
+        if constrained:
+            # Masking only removes tokens, so where the grammar allows the free pick, the pick stands: asking the
+            # matcher about that one token (~2 us) spares filling and applying a whole-vocabulary mask (~70 us,
+            # plus a masked arg-max); a trained executor's pick is allowed at most steps.
+            picks = nxt.tolist()
+            constrained = [r for r in constrained if not _allows(self.rows[r].matcher, picks[r])]
         if not constrained:
             return nxt, dead
         from skillbank.model.constrain import apply_bitmask
@@ -322,9 +350,7 @@ class RowBatch:
 
     def _prefix_kv(self, adapter: str | None, tokens: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Keys and values of ``tokens`` (one row, no padding) under ``adapter``, per layer."""
-        from transformers import DynamicCache
-
-        cache = DynamicCache()
+        cache = growing_cache()
         ids = torch.tensor([tokens], device=self.device)
         self._forward(cache, ids, torch.ones_like(ids), torch.arange(len(tokens), device=self.device)[None], [adapter])
         return [(layer.keys, layer.values) for layer in cache.layers]
@@ -333,6 +359,13 @@ class RowBatch:
         body = row.tokens[:-1] if stopped else row.tokens
         return Decoded(self.tokenizer.decode(body, skip_special_tokens=True).strip(), len(row.tokens), stopped,
                        row.logprob / max(1, len(row.tokens)), reason)
+
+
+def _allows(matcher, token: int) -> bool:
+    """Whether ``matcher`` says at once that it allows ``token`` (False also where it cannot tell: a matcher
+    without ``allows`` is asked for its whole mask)."""
+    allows = getattr(matcher, "allows", None)
+    return allows is not None and allows(token) is True
 
 
 # Layer kinds whose cache is plain keys and values along the sequence, which is what joining, trimming and
@@ -360,6 +393,114 @@ def _left_padded(kv: torch.Tensor | None, width: int, like: torch.Tensor | None 
     if kv is None:
         return like.new_zeros(like.shape[:2] + (width,) + like.shape[3:])
     return F.pad(kv, (0, 0, width - kv.shape[2], 0))
+
+
+# -- the cache and the one-shard LoRA forward ------------------------------------------------------------------
+def growing_cache():
+    """A ``DynamicCache`` whose layers append in place (:class:`_GrowingLayer`); a plain one where transformers
+    builds its layers otherwise (versions before the ``layer_class_to_replicate`` hook)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    if not cache.layers and getattr(cache, "layer_class_to_replicate", None) is not None:
+        cache.layer_class_to_replicate = _growing_layer_class()
+    return cache
+
+
+@functools.cache
+def _growing_layer_class():
+    from transformers.cache_utils import DynamicLayer
+
+    class _GrowingLayer(DynamicLayer):
+        """A ``DynamicLayer`` whose keys and values are views of a buffer with room to spare: appending a token
+        writes into the buffer instead of concatenating, which copied the whole cache of every layer at every
+        step (at batch 16 on the built-in requests ~7% of a decode step). Whoever replaces ``keys`` / ``values``
+        (row selection, trimming, joining rows: :class:`RowBatch`) simply makes the next append start a new
+        buffer from them. The values are those of ``torch.cat``: the same tensors, only stored once."""
+
+        _k = _v = None  # the buffers
+        _view = _vview = None  # the views last handed out: anything else in keys/values was put there from outside
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            n, t = (self.keys.shape[-2] if self.keys.dim() == 4 else 0), key_states.shape[-2]
+            if self.keys is not self._view or self.values is not self._vview or n + t > self._k.shape[-2] \
+                    or self._k.shape[0] != key_states.shape[0]:
+                room = n + t + max(32, n + t)  # doubling: appends cost O(1) per token, amortised
+                self._k = key_states.new_empty(key_states.shape[:2] + (room,) + key_states.shape[3:])
+                self._v = value_states.new_empty(value_states.shape[:2] + (room,) + value_states.shape[3:])
+                if n:
+                    self._k[:, :, :n].copy_(self.keys)
+                    self._v[:, :, :n].copy_(self.values)
+            self._k[:, :, n:n + t].copy_(key_states)
+            self._v[:, :, n:n + t].copy_(value_states)
+            self.keys, self.values = self._view, self._vview = self._k[:, :, :n + t], self._v[:, :, :n + t]
+            return self.keys, self.values
+
+        def batch_select_indices(self, indices):
+            """Keep rows ``indices``: their buffers are selected, so the next append needs no new one."""
+            if self.keys is not self._view or self.values is not self._vview or self.get_seq_length() == 0:
+                return super().batch_select_indices(indices)
+            n = self.keys.shape[-2]
+            self._k, self._v = self._k[indices], self._v[indices]
+            self.keys, self.values = self._view, self._vview = self._k[:, :, :n], self._v[:, :, :n]
+
+    return _GrowingLayer
+
+
+def _lean_layers(peft, name: str) -> list[tuple]:
+    """(module, forward, its lora_A) for every LoRA layer of ``peft`` holding adapter ``name``, when PEFT's
+    forward there is exactly ``base(x) + B(A(x)) * scale`` (a plain ``Linear`` base, no variant, no LoRA bias,
+    not merged, ``name`` its one active adapter; dropout is checked per call); else [] (PEFT's own forward then
+    runs everywhere)."""
+    from peft.tuners.lora import LoraLayer
+    from peft.tuners.lora.layer import Linear
+
+    out = []
+    for module in peft.modules():
+        if not isinstance(module, LoraLayer) or name not in getattr(module, "lora_A", {}):
+            continue
+        dropout = module.lora_dropout[name]
+        if (type(module) is not Linear or type(module.base_layer) is not torch.nn.Linear  # noqa: E721
+                or module.merged or name in module.lora_variant or module.lora_bias.get(name)
+                or list(module.active_adapters) != [name]
+                or not isinstance(dropout, (torch.nn.Identity, torch.nn.Dropout))):
+            return []
+        out.append((module, _lean_forward(module, name), module.lora_A[name]))
+    return out
+
+
+def _lean_forward(module, name: str):
+    """PEFT's LoRA ``Linear`` forward for one active adapter, the same operations in the same order (so the
+    same numbers) without its per-call bookkeeping: the base layer, then ``+ B(A(x)) * scale``. ~120 such
+    layers run per token on SmolLM2, and PEFT's checks and sub-module calls around two small matmuls were a
+    tenth of a batch-1 decode step."""
+    base, a, b, dropout = module.base_layer, module.lora_A[name], module.lora_B[name], module.lora_dropout[name]
+    plain = type(module).forward
+
+    def forward(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        if args or kwargs or module.disable_adapters or module.training or dropout.training \
+                or module.lora_A._modules.get(name) is not a or module.lora_B._modules.get(name) is not b:
+            return plain(module, x, *args, **kwargs)  # dropout live, adapters off or replaced: PEFT's path
+        result = F.linear(x, base.weight, base.bias)
+        if getattr(module, "cast_input_dtype_enabled", True) and x.dtype != a.weight.dtype:
+            x = x.to(a.weight.dtype)
+        return (result + F.linear(F.linear(x, a.weight), b.weight) * module.scaling[name]).to(result.dtype)
+
+    return forward
+
+
+@contextlib.contextmanager
+def _patched(layers: list[tuple]):
+    """Within this block each module runs its given forward (set on the instance, as StackedLoRA.applied does)."""
+    try:
+        for module, forward, _ in layers:
+            module.__dict__["forward"] = forward
+        yield
+    finally:
+        for module, _, _ in layers:
+            module.__dict__.pop("forward", None)
 
 
 class PrefixKV:

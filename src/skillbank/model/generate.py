@@ -63,7 +63,7 @@ class GenerationStats:
 def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
              max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, progress: bool = False,
              stats: GenerationStats | None = None, adapter_names: Sequence[str] | None = None,
-             base=None, grammars: Sequence | None = None, lora: str = "auto") -> list[Generation]:
+             base=None, grammars: Sequence | None = None, lora: str = "auto", prefixes=None) -> list[Generation]:
     """Greedy-decode every rendered prompt string (see ``prompts.render_prompt``); outputs in input order.
 
     batch_size: rows decoded together. A row leaves as soon as it stops and the next prompt takes its slot
@@ -75,6 +75,9 @@ def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
         unconstrained); each is compiled once (``constrain.grammar_cache``) and every row gets its own matcher.
     lora: how a batch whose rows use several adapters applies them: ``"auto"``, ``"gathered"`` or ``"peft"``
         (:class:`~skillbank.model.decode.RowBatch`).
+    prefixes: a :class:`~skillbank.model.decode.PrefixKV` kept by the caller across calls, so a prompt prefix
+        the calls share is prefilled once; the caller drops it when the model's adapters change. None: this
+        call's own.
     """
     from skillbank.model.decode import RowBatch
 
@@ -99,7 +102,7 @@ def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
     lengths = [len(e) for e in encoded]
     # Longest first: the memory peak comes early and rows that join together need little padding.
     queue = deque(sorted(range(len(prompts)), key=lambda i: -lengths[i]))
-    batch = RowBatch(model, tokenizer, base, lora=lora)
+    batch = RowBatch(model, tokenizer, base, lora=lora, prefixes=prefixes)
     results: list[Generation | None] = [None] * len(prompts)
     t0 = time.perf_counter()
     done_tokens = finished = 0
@@ -137,11 +140,11 @@ def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
 def generate_for_requests(model, tokenizer, requests: Sequence[str], *, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
                           batch_size: int = 8, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, progress: bool = False,
                           stats: GenerationStats | None = None, grammars: Sequence | None = None,
-                          adapter_names: Sequence[str] | None = None, base=None, lora: str = "auto"
-                          ) -> list[Generation]:
+                          adapter_names: Sequence[str] | None = None, base=None, lora: str = "auto",
+                          prefixes=None) -> list[Generation]:
     """Render the closed-book prompt for each raw request and :func:`generate`."""
     prompts = [render_prompt(tokenizer, r, system_prompt) for r in requests]
     return generate(model, tokenizer, prompts, batch_size=batch_size, max_new_tokens=max_new_tokens,
                     progress=progress, stats=stats, grammars=grammars, adapter_names=adapter_names, base=base,
-                    lora=lora)
+                    lora=lora, prefixes=prefixes)
 

@@ -5,17 +5,22 @@
     GET  /v1/models             the router and the shards, as OpenAI model cards
     GET  /v1/shards             shards with their skills (and specs when the bank has them)
     POST /v1/families           learn a new family in the background (bearer token)
-    GET  /v1/families[/{job}]   learn jobs and their progress (bearer token); DELETE cancels one
+    GET  /v1/families[/{job}]   learn jobs and their progress (bearer token); POST .../{job}/cancel cancels
+                                one, DELETE cancels and forgets it
     POST /v1/reload             pick up families learned into the bank by another process (bearer token)
     POST /v1/load_lora_adapter  the same, in vLLM's runtime-LoRA form (what a front in --upstream mode calls)
     GET  /healthz, /metrics     liveness and Prometheus metrics
     GET  /                      the playground page
 
-Every error is ``{"error": {"message", "type", "param"}}`` with a fitting status; no traceback ever leaves
-the process (unexpected errors are logged and answered with a generic 500).
+Every error is ``{"error": {"message", "type", "param"}}`` with a fitting status (on the OpenAI-compatible
+endpoint a malformed field is a 400 naming it, as OpenAI answers); no traceback ever leaves the process
+(unexpected errors are logged and answered with a generic 500). A request of a list that its shard cannot
+serve is answered in its own plan (``failed``, ``error``); the others are generated. The OpenAPI schema states
+the rules the service enforces (skillbank.serve.openapi).
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -24,110 +29,33 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI
+from fastapi import Path as PathParam
+from fastapi import Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from skillbank.errors import SkillbankError
-from skillbank.model.prompts import USER_TEMPLATE
+from skillbank.memory.bank import FAMILY_NAME, check_family_name
+from skillbank.serve import openapi
 from skillbank.serve import schemas as S
+from skillbank.serve.chat import answer_message, check_settings, grammar_of_chat, request_of_chat, wants_tool_calls
 from skillbank.serve.config import ServeConfig
 from skillbank.serve.engine import UpstreamError
-from skillbank.serve.learn import LearnRefused
-from skillbank.serve.metrics import Metrics, MetricsMiddleware
+from skillbank.serve.learn import RECIPES, LearnRefused
+from skillbank.serve.metrics import MetricsMiddleware
+from skillbank.serve.middleware import (BodyLimitMiddleware, BodyTooLarge, EarlyAdmissionMiddleware,
+                                        HeadAsGetMiddleware, HostCheckMiddleware, InternalErrorMiddleware)
 from skillbank.serve.service import (ADMIN_ERRORS, ERRORS, JSONL_TYPES, ROUTER_MODEL, Service, ServiceError,
                                      error_response)
 from skillbank.serve.state import Snapshot, open_snapshot
 
 log = logging.getLogger("skillbank.serve")
-
-
-class BodyTooLarge(Exception):
-    """A body sent without Content-Length (chunked) grew past the limit while being read."""
-
-
-class BodyLimitMiddleware:
-    """Refuse a body over the limit (413): by its Content-Length before reading it, and - for a body sent
-    without one (``Transfer-Encoding: chunked``) - as soon as the bytes read pass the limit. Pure ASGI, like
-    MetricsMiddleware: Starlette's BaseHTTPMiddleware would stand between the endpoints and the client's
-    disconnect message."""
-
-    def __init__(self, app, *, limit: int, upload_limit: int, metrics: Metrics):
-        self.app, self.limit, self.upload_limit, self.metrics = app, limit, upload_limit, metrics
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            limit = self.upload_limit if scope.get("path") == "/v1/families" else self.limit
-            length = dict(scope.get("headers") or []).get(b"content-length", b"")
-            if length.isdigit() and int(length) > limit:
-                self.metrics.errors.labels("too_large").inc()
-                response = error_response(413, f"request body of {int(length)} bytes is over the limit of {limit} bytes")
-                await response(scope, receive, send)
-                return
-            receive = _counted(receive, limit)
-        await self.app(scope, receive, send)
-
-
-class HostCheckMiddleware:
-    """Answer only requests whose Host header names one of ``allowed`` (DNS rebinding: a page on another site
-    resolving its name to 127.0.0.1 must not reach a service bound to loopback). Starlette's
-    TrustedHostMiddleware does the same but answers in plain text; this keeps the service's error format."""
-
-    def __init__(self, app, *, allowed: list[str]):
-        self.app, self.allowed = app, {h.lower().strip("[]") for h in allowed}
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1").lower()
-            name = host[1:host.index("]")] if host.startswith("[") and "]" in host else host.rsplit(":", 1)[0]
-            if name not in self.allowed:
-                await error_response(400, f"Host header {host!r} is not one this service answers to; "
-                                          f"use one of {sorted(self.allowed)}")(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-class InternalErrorMiddleware:
-    """Answer an unexpected exception with the service's JSON 500 and keep the connection open. (Starlette's
-    ServerErrorMiddleware re-raises after answering, and the server then drops the client's keep-alive
-    connection.)"""
-
-    def __init__(self, app, *, on_error):
-        self.app, self.on_error = app, on_error
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def tracked(message):
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-        try:
-            await self.app(scope, receive, tracked)
-        except Exception as exc:  # noqa: BLE001 - answered here, logged by on_error
-            self.on_error(scope, exc)
-            if started:  # half an answer is out: nothing sane can follow it on this connection
-                raise
-            await error_response(500, "internal error; the service log has the details")(scope, receive, send)
-
-
-class HeadAsGetMiddleware:
-    """HEAD on any GET route, as HTTP asks: run the GET handler; the server sends the headers only (uvicorn drops
-    a HEAD response's body, from its own copy of the request scope)."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope.get("method") == "HEAD":
-            scope = dict(scope, method="GET")
-        await self.app(scope, receive, send)
+JOB_ID = r"^[0-9a-f]{12}$"
+_request_of_chat = request_of_chat  # the name tests and older callers import
 
 
 def _offline_docs(app: FastAPI) -> None:
@@ -147,82 +75,8 @@ def _offline_docs(app: FastAPI) -> None:
                                    swagger_favicon_url="/docs-assets/favicon-32x32.png")
 
 
-def _counted(receive, limit: int):
-    """``receive`` that raises :class:`BodyTooLarge` once the body read so far passes ``limit`` bytes."""
-    seen = 0
-
-    async def wrapped():
-        nonlocal seen
-        message = await receive()
-        if message.get("type") == "http.request":
-            seen += len(message.get("body", b""))
-            if seen > limit:
-                raise BodyTooLarge(f"request body is over the limit of {limit} bytes")
-        return message
-    return wrapped
-
-
 def _is_union_branch(loc_item) -> bool:
     return isinstance(loc_item, str) and (loc_item in ("str", "int", "float", "bool", "dict") or "[" in loc_item)
-
-
-def _request_of_chat(body: S.ChatRequest) -> str:
-    """The request to plan: the last user message (string or text parts), without the executor's own prompt
-    wording if a client (e.g. another skillbank in --upstream mode) already added it. Text parts are joined
-    with line breaks, as vLLM joins them: clients split a message at sentence or paragraph ends, and joined
-    with nothing "...in Paris" and "tomorrow..." would read "Paristomorrow"."""
-    for msg in reversed(body.messages):
-        if msg.role != "user":
-            continue
-        content = msg.content
-        if isinstance(content, list):
-            texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-            if not all(isinstance(t, str) for t in texts):
-                raise ServiceError(400, "a text content part needs a string 'text'", param="messages")
-            content = "\n".join(texts)
-        if not isinstance(content, str):
-            break
-        prefix = USER_TEMPLATE.split("{request}")[0]
-        return content[len(prefix):] if content.startswith(prefix) else content
-    raise ServiceError(400, "no user message with text content: the last user message is the request to plan",
-                       param="messages")
-
-
-def _grammar_of_chat(body: S.ChatRequest):
-    """A client's grammar (vLLM's ``structured_outputs: {"grammar": <Lark>}``, or the older ``guided_grammar``),
-    checked here so a bad one is a 400, not a failed generation. None when the client sent none."""
-    from skillbank.model.constrain import LarkGrammar, check_lark
-    extra = body.model_extra or {}
-    structured = extra.get("structured_outputs")
-    text = structured.get("grammar") if isinstance(structured, dict) else None
-    text = text if text is not None else extra.get("guided_grammar")
-    if text is None:
-        return None
-    if not isinstance(text, str) or not text.strip():
-        raise ServiceError(400, "structured_outputs.grammar must be a non-empty Lark grammar", param="structured_outputs")
-    problem = check_lark(text)
-    if problem:
-        raise ServiceError(400, f"structured_outputs.grammar does not compile: {problem}", param="structured_outputs")
-    return LarkGrammar(text)
-
-
-def _wants_tool_calls(body: S.ChatRequest) -> bool:
-    """Answer in OpenAI tool_calls form? Asked the way function-calling clients ask: a ``tools`` list or a
-    ``tool_choice`` ("none" keeps text, as in OpenAI's API); ``skillbank.format`` overrides both."""
-    if body.skillbank is not None and body.skillbank.format is not None:
-        return body.skillbank.format == "tool_calls"
-    if body.tool_choice is not None:
-        return body.tool_choice != "none"
-    return bool(body.tools)
-
-
-def _tool_calls(graph: dict) -> list[dict]:
-    """One OpenAI tool call per node; ``call_<n>`` is node n, so a "<node-n>" argument value names its output."""
-    return [{"id": f"call_{i}", "type": "function",
-             "function": {"name": node["task"],
-                          "arguments": json.dumps({a["name"]: a["value"] for a in node["arguments"]},
-                                                  ensure_ascii=False)}}
-            for i, node in enumerate(graph["task_nodes"])]
 
 
 def _epoch(created: str, default: int) -> int:
@@ -230,6 +84,15 @@ def _epoch(created: str, default: int) -> int:
         return int(datetime.strptime(created, "%Y-%m-%dT%H:%M:%S").timestamp())
     except (TypeError, ValueError):
         return default
+
+
+def _allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """Every method some route answers on ``path`` (Starlette's 405 names only the first route's: a path with
+    a GET route and a DELETE route would say ``Allow: GET``). HEAD wherever GET is (HeadAsGetMiddleware)."""
+    methods = {m for r in app.routes if getattr(r, "methods", None) and r.path_regex.match(path) for m in r.methods}
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods)
 
 
 def _playground_html() -> str:
@@ -258,6 +121,7 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
                               "shard from the request, the shard writes the task graph.")
     app.state.service = svc
     _offline_docs(app)
+    openapi.install(app, config, lora_targets=svc.lora_targets, num_layers=svc.num_layers)
     upload_limit = int(config.max_upload_mb * 1024 * 1024)
     # A plan call holds at most max_list requests of max_request_chars (UTF-8: <= 4 bytes each), plus JSON.
     body_limit = config.max_list * config.max_request_chars * 4 + 64 * 1024
@@ -269,6 +133,8 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
+        # OpenAI answers a malformed field of a chat completion with 400 naming it; the rest of the API with 422.
+        status = 400 if request.url.path == "/v1/chat/completions" else 422
         errors = exc.errors()
         for e in errors:
             if e.get("type") == "json_invalid":
@@ -284,16 +150,21 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
             if e.get("msg") not in msgs:
                 msgs.append(str(e.get("msg")))
         parts = [f"{where}: {' or '.join(msgs)}" for where, msgs in list(by_field.items())[:5]]
-        return error_response(422, "invalid request: " + "; ".join(parts), next(iter(by_field)))
+        return error_response(status, "invalid request: " + "; ".join(parts), next(iter(by_field)))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
         if isinstance(exc.__cause__, BodyTooLarge):  # FastAPI turns a failed body read into "error parsing the body"
             return await _too_large(request, exc.__cause__)
         message = exc.detail if isinstance(exc.detail, str) else "error"
+        headers = getattr(exc, "headers", None)
         if exc.status_code == 404 and message == "Not Found":
             message = f"no such endpoint: {request.method} {request.url.path}"
-        return error_response(exc.status_code, message, headers=getattr(exc, "headers", None))
+        if exc.status_code == 405:
+            allowed = _allowed_methods(app, request.url.path)
+            message = f"Method Not Allowed: {request.method} on {request.url.path}; allowed: {', '.join(allowed)}"
+            headers = {**(headers or {}), "Allow": ", ".join(allowed)}
+        return error_response(exc.status_code, message, headers=headers)
 
     @app.exception_handler(BodyTooLarge)
     async def _too_large(request: Request, exc: BodyTooLarge):
@@ -304,6 +175,7 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
         log.error("unhandled error on %s %s", scope.get("method"), scope.get("path"), exc_info=exc)
         svc.metrics.errors.labels("internal").inc()
 
+    app.add_middleware(EarlyAdmissionMiddleware, service=svc)
     app.add_middleware(BodyLimitMiddleware, limit=body_limit, upload_limit=upload_limit, metrics=svc.metrics)
     app.add_middleware(MetricsMiddleware, metrics=svc.metrics)
     app.add_middleware(HeadAsGetMiddleware)
@@ -318,7 +190,10 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
               description="Each request is routed by the Address Memory (or sent to a forced `shard`), checked for "
                           "scope, generated by its shard and parsed. A routed request no learned family covers is "
                           "not generated: its plan has `out_of_scope: true`, `shard: null`, `graph: null` and a "
-                          "`reason`. Every plan carries `confidence` {route, scope_margin, executor_logprob}.")
+                          "`reason`. A request whose shard cannot serve it (its files damaged or missing, its "
+                          "adapter failing to load or generate) gets `failed: true` and an `error` naming the shard "
+                          "(never a server path); the call's other requests are generated, and the call answers "
+                          "200. Every plan carries `confidence` {route, scope_margin, executor_logprob}.")
     async def plan(body: S.PlanRequest, request: Request):
         arrived = time.perf_counter()
         reqs = [body.request] if isinstance(body.request, str) else list(body.request)
@@ -339,10 +214,7 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
                           "so does an invalid graph in tool_calls form.")
     async def chat(body: S.ChatRequest, request: Request):
         arrived = time.perf_counter()
-        if body.stream:
-            raise ServiceError(400, "stream=true is not supported: a task graph is returned whole", param="stream")
-        if body.n != 1:
-            raise ServiceError(400, f"n must be 1 (decoding is greedy), got {body.n}", param="n")
+        check_settings(body)
         snap = svc.snapshot
         if body.model == ROUTER_MODEL:
             shard = None
@@ -351,25 +223,14 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
         else:
             raise ServiceError(404, f"unknown model {body.model!r}: use {ROUTER_MODEL!r} (routes by content) or a "
                                     f"shard name: {snap.shard_names}", param="model")
-        text = _request_of_chat(body)
-        grammar = _grammar_of_chat(body)
+        text = request_of_chat(body)
+        grammar = grammar_of_chat(body)
         if grammar is not None:
             svc.metrics.structured.inc()
-        tool_form = _wants_tool_calls(body)
         [q] = await svc.plan([text], shard=shard, http=request, param="messages",
                              max_new_tokens=body.max_completion_tokens or body.max_tokens, grammar=grammar)
         p = svc.plan_result(q, arrived, shard is None)
-        finish = "length" if p["truncated"] else "stop"
-        if q.out_of_scope:
-            message = {"role": "assistant", "content": f"No skill in this bank covers that request ({p['reason']})."}
-        elif tool_form and p["valid"]:
-            message, finish = {"role": "assistant", "content": None, "tool_calls": _tool_calls(p["graph"])}, "tool_calls"
-        elif tool_form:  # a framework reading tool_calls gets none, and a person reading content gets the reason
-            message = {"role": "assistant", "content": f"No plan: the executor's output is not a valid task graph "
-                                                       f"({p['error']})."}
-        else:
-            message = {"role": "assistant",
-                       "content": json.dumps(p["graph"], ensure_ascii=False) if p["valid"] else q.out.text}
+        message, finish = answer_message(p, q.out.text if q.out else "", wants_tool_calls(body))
         prompt_tokens = q.job.prompt_tokens if q.job else 0
         completion_tokens = q.out.n_tokens if q.out else 0
         return {"id": "chatcmpl-" + uuid.uuid4().hex[:24], "created": int(time.time()),
@@ -378,7 +239,8 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                           "total_tokens": prompt_tokens + completion_tokens},
                 "skillbank": {"shard": p["shard"], "routed": shard is None, "probabilities": p["probabilities"],
-                              "valid": p["valid"], "error": p["error"], "out_of_scope": p["out_of_scope"],
+                              "valid": p["valid"], "failed": p["failed"], "error": p["error"],
+                              "out_of_scope": p["out_of_scope"],
                               "reason": p["reason"], "confidence": p["confidence"], "timings": p["timings"],
                               "links": p["graph"]["task_links"] if p["valid"] else None}}
 
@@ -429,23 +291,37 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
     # -- learning while serving ---------------------------------------------------------------------
     learn_body = {"content": {
         "application/json": {"schema": S.LearnRequest.model_json_schema()},
-        "application/x-ndjson": {"schema": {"type": "string", "description": "the records file itself (JSON Lines)"}}}}
+        "application/x-ndjson": {"schema": {"type": "string", "pattern": S.NON_BLANK,
+                                            "description": "the records file itself (JSON Lines; also accepted as "
+                                                           "application/jsonl or text/plain)"}}}}
 
     @app.post("/v1/families", status_code=202, response_model=S.LearnJobInfo, responses=ADMIN_ERRORS,
               openapi_extra={"requestBody": {"required": True, **learn_body}},
-              summary="Learn a new skill family in the background (bearer token)")
+              summary="Learn a new skill family in the background (bearer token)",
+              description="The whole upload is checked before the job starts (202): the family name, the training "
+                          "settings, every record - plain Unicode text, no control characters, a valid graph, the "
+                          "call's family, skills no other shard has - and, where this service holds the base model, "
+                          "every record tokenized as training will. A refused upload is a 409 or 422 naming the "
+                          "line; a job fails only for what no upload check can see.")
     async def learn_family(request: Request,
-                           family: Optional[str] = Query(None, description="family name (JSON Lines body)"),
-                           recipe: str = Query("auto", description="'auto' (by the base's size), 'paper' or "
-                                               "'small-cpu' (JSON Lines body)"),
+                           family: Optional[str] = Query(None, description="family name (JSON Lines body)",
+                                                         json_schema_extra={"pattern": FAMILY_NAME.pattern}),
+                           recipe: Literal[RECIPES] = Query("auto", description="'auto' (by the base's size), "
+                                                            "'paper' or 'small-cpu' (JSON Lines body)"),
                            epochs: Optional[int] = Query(None, ge=1, description="override (JSON Lines body)")):
         svc.check_admin(request)
+        if family is not None:  # checked whatever the body (the schema says what a name may be)
+            try:
+                check_family_name(family)
+            except SkillbankError as exc:
+                raise ServiceError(422, str(exc), param="family") from None
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         raw = await request.body()
         try:
             text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ServiceError(400, "the body is not UTF-8 text") from None
+        except UnicodeDecodeError as exc:
+            raise ServiceError(400, f"the body is not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte {exc.start})") \
+                from None
         if ctype == "application/json":
             try:
                 learn = S.LearnRequest.model_validate_json(raw)
@@ -470,33 +346,48 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
         snap = svc.snapshot
         served = {s.name: list(s.skills) for s in snap.manifest.shards}
         try:
-            job = svc.learner.start(name, records, served=served, recipe=rec, train=train, skills=skills)
+            # Off the event loop: checking may tokenize every record of a large upload.
+            upload = await asyncio.to_thread(svc.learner.check, name, records, served=served, recipe=rec,
+                                             train=train, skills=skills, base_check=svc.learn_base_check)
+            job = svc.learner.launch(upload)
         except LearnRefused as exc:
+            svc.metrics.errors.labels("learn_refused").inc()
             raise ServiceError(exc.status, str(exc), param="family" if "family" in str(exc) else None) from None
         return JSONResponse(job.to_dict(), status_code=202, headers={"Location": f"/v1/families/{job.id}"})
 
     @app.get("/v1/families", response_model=S.LearnJobList, responses=ADMIN_ERRORS, summary="Learn jobs")
     async def list_jobs(request: Request):
         svc.check_admin(request)
-        return {"jobs": [j.to_dict() for j in svc.learner.jobs.values()]}
+        return {"jobs": [j.to_dict() for j in svc.learner.listed()]}
 
     def _job(job_id: str):
-        if job_id not in svc.learner.jobs:
+        if not svc.learner.visible(job_id):
             raise ServiceError(404, f"no learn job {job_id!r}", param="job")
         return svc.learner.jobs[job_id]
 
+    job_param = PathParam(json_schema_extra={"pattern": JOB_ID}, description="the job id POST /v1/families gave")
+
     @app.get("/v1/families/{job_id}", response_model=S.LearnJobInfo, responses=ADMIN_ERRORS,
              summary="A learn job's state and progress")
-    async def get_job(job_id: str, request: Request):
+    async def get_job(request: Request, job_id: str = job_param):
         svc.check_admin(request)
         return _job(job_id).to_dict()
 
-    @app.delete("/v1/families/{job_id}", response_model=S.LearnJobInfo, responses=ADMIN_ERRORS,
-                summary="Cancel a learn job (the bank stays as it was)")
-    async def cancel_job(job_id: str, request: Request):
+    @app.post("/v1/families/{job_id}/cancel", response_model=S.LearnJobInfo, responses=ADMIN_ERRORS,
+              summary="Cancel a learn job (the bank stays as it was); the job stays listed, as cancelled")
+    async def cancel_job(request: Request, job_id: str = job_param):
         svc.check_admin(request)
         _job(job_id)
         return svc.learner.cancel(job_id).to_dict()
+
+    @app.delete("/v1/families/{job_id}", response_model=S.LearnJobInfo, responses=ADMIN_ERRORS,
+                summary="Delete a learn job: cancel it if it runs (the bank stays as it was) and forget it",
+                description="Answers the job as it was left; from then on the job is 404 and no longer listed. "
+                            "To cancel and keep the record, POST /v1/families/{job_id}/cancel.")
+    async def delete_job(request: Request, job_id: str = job_param):
+        svc.check_admin(request)
+        _job(job_id)
+        return svc.learner.delete(job_id).to_dict()
 
     @app.post("/v1/load_lora_adapter", response_class=Response, responses=ADMIN_ERRORS,
               summary="vLLM's runtime LoRA call: serve a shard just published into this bank (bearer token)")

@@ -1,12 +1,12 @@
 """The service's one typed configuration: the CLI, the app factory and the benchmark all build a ServeConfig."""
 from __future__ import annotations
 
-import asyncio
-import json
 import os
 from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from skillbank.serve.protocol import http_protocol
 
 ADMIN_TOKEN_ENV = "SKILLBANK_ADMIN_TOKEN"
 
@@ -26,6 +26,17 @@ class ServeConfig(BaseModel):
         skillbank.memory.scope): it is answered as out of scope with the reason and never queued or generated.
         A forced shard is not checked; a bank without scope statistics is served without the check (logged).
     queue_size: most requests waiting or running; beyond it a call gets 429 with Retry-After.
+    fair_admission: share the queue and the batch between clients (by peer address): each may hold at most
+        ``client_queue`` requests waiting or running (beyond it that client, and only it, gets 429 with
+        Retry-After, answered before its body is read; a client holding none may send a list of any length),
+        and a free batch row goes to the client with the fewest rows generating. A client that floods the
+        service then cannot starve one that sends a request at a time. False: one queue in arrival order (the
+        baseline ``bench/serve.py --flood`` compares against).
+    client_queue: one client's share of the queue; None = a quarter of queue_size.
+    fair_slowdown: with fair admission, while more than one client is active the batch grows only while a
+        decode step (measured on this machine) stays within this many times a lone row's: another client's
+        flood slows a request at most this much (on a CPU a step's cost grows with the rows; on a GPU it
+        hardly does, and the batch is not capped). 0: no cap.
     timeout_s: per-request deadline, queueing included (504 after it).
     max_request_chars / max_list: limits on one request's text and on the requests of one /v1/plan call (413).
     max_new_tokens: generation cap; None = twice the longest training target of any shard (what a correct
@@ -50,7 +61,11 @@ class ServeConfig(BaseModel):
     header_timeout_s: a request head (request line and headers) must arrive whole within this many seconds of the
         connection opening, or of its first byte on a kept-alive connection; else 408 and the connection is
         closed. Without it a client that sends part of a head, or nothing, holds its connection forever
-        (slowloris): uvicorn times out only idle keep-alive connections. See :func:`http_protocol`.
+        (slowloris): uvicorn times out only idle keep-alive connections. See :mod:`skillbank.serve.protocol`.
+    body_timeout_s, body_min_rate: a request body must arrive within ``body_timeout_s`` seconds of its head, plus
+        one second per ``body_min_rate`` bytes received (0: a fixed total); else 408 and the connection is
+        closed. A client announcing a Content-Length and sending a byte now and then is dropped; an upload at
+        a steady pace is not (64 MB at 64 KiB/s gets ~17 minutes).
     keep_alive_s: an idle keep-alive connection is closed after this many seconds (uvicorn's timeout_keep_alive).
     """
 
@@ -79,6 +94,11 @@ class ServeConfig(BaseModel):
     max_upload_mb: float = Field(64.0, gt=0)
     allowed_hosts: Optional[list[str]] = None
     header_timeout_s: float = Field(10.0, gt=0, le=3600)
+    body_timeout_s: float = Field(30.0, gt=0, le=3600)
+    body_min_rate: float = Field(65536.0, ge=0)
+    fair_admission: bool = True
+    client_queue: Optional[int] = Field(None, ge=1)
+    fair_slowdown: float = Field(2.0, ge=0)
     keep_alive_s: float = Field(5.0, gt=0, le=3600)
 
     @field_validator("upstream")
@@ -106,12 +126,20 @@ class ServeConfig(BaseModel):
         return self.batch_window_ms / 1000 if self.batching else 0.0
 
     @property
+    def effective_client_queue(self) -> int | None:
+        """One client's share of the queue; None when admission is not fair (one queue for all)."""
+        if not self.fair_admission:
+            return None
+        return self.client_queue or max(1, self.queue_size // 4)
+
+    @property
     def model_threads(self) -> int:
         return self.threads or max(1, min(8, (os.cpu_count() or 2) - 1))
 
     def uvicorn_options(self) -> dict:
         """The connection settings of this config as ``uvicorn.Config`` / ``uvicorn.run`` keywords."""
-        return {"http": http_protocol(self.header_timeout_s), "timeout_keep_alive": self.keep_alive_s}
+        return {"http": http_protocol(self.header_timeout_s, self.body_timeout_s, self.body_min_rate),
+                "timeout_keep_alive": self.keep_alive_s}
 
     @classmethod
     def from_env(cls, **values) -> "ServeConfig":
@@ -130,64 +158,3 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-def http_protocol(header_timeout_s: float):
-    """uvicorn's h11 protocol with a deadline on each request head (``ServeConfig.header_timeout_s``).
-
-    uvicorn (0.54 here; the same holds for its httptools protocol) arms a timer only once a response is complete
-    (keep-alive); a connection that has sent nothing, or an unfinished request line or headers, waits forever,
-    and enough of them exhaust the server's sockets. The deadline starts when the connection opens, or when the
-    first byte of a later head arrives on a kept-alive one, and further bytes do not extend it (a slowloris client
-    sends one byte at a time). A partly sent head gets a 408 before the close; an empty connection is closed as
-    an idle keep-alive one is. Once the head is whole the deadline is off: reading the body and answering are
-    the app's business (request bodies are bounded in size and requests by ``timeout_s``).
-
-    A class made per value, because uvicorn builds one protocol object per connection from the class alone.
-    """
-    import h11
-    from uvicorn.protocols.http.h11_impl import H11Protocol
-
-    class HeaderTimeoutH11Protocol(H11Protocol):
-        _head_deadline: asyncio.TimerHandle | None = None
-
-        def connection_made(self, transport) -> None:
-            super().connection_made(transport)
-            self._arm_head_deadline()
-
-        def data_received(self, data: bytes) -> None:
-            super().data_received(data)
-            if self.transport.is_closing():
-                return
-            if self.conn.their_state is h11.IDLE:  # still waiting for (the rest of) a head
-                if self._head_deadline is None:  # first bytes of a head on a kept-alive connection
-                    self._arm_head_deadline()
-            else:
-                self._disarm_head_deadline()
-
-        def connection_lost(self, exc) -> None:
-            self._disarm_head_deadline()
-            super().connection_lost(exc)
-
-        def _arm_head_deadline(self) -> None:
-            self._head_deadline = self.loop.call_later(header_timeout_s, self._head_timed_out)
-
-        def _disarm_head_deadline(self) -> None:
-            if self._head_deadline is not None:
-                self._head_deadline.cancel()
-                self._head_deadline = None
-
-        def _head_timed_out(self) -> None:
-            self._head_deadline = None
-            if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
-                return
-            if self.conn.trailing_data[0]:  # part of a head: say why (h11 cannot: no request to answer yet)
-                body = json.dumps({"error": {"message": f"the request head did not arrive within "
-                                             f"{header_timeout_s:g} s", "type": "timeout", "param": None}}).encode()
-                self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-                                     b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
-                self.logger.warning("closed a connection from %s: its request head did not arrive within %g s",
-                                    "%s:%d" % self.client if self.client else "?", header_timeout_s)
-            self.transport.close()
-
-    return HeaderTimeoutH11Protocol

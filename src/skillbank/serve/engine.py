@@ -24,6 +24,7 @@ from skillbank.memory.bank import ShardEntry
 from skillbank.model.prompts import USER_TEMPLATE, prompt_ids, render_prompt
 from skillbank.model.serialization import decode, decode_output
 from skillbank.model.decode import RowBatch
+from skillbank.serve.fairness import StepCost
 
 
 class UpstreamError(Exception):
@@ -49,6 +50,7 @@ class Job:
     enqueued: float = field(default_factory=time.perf_counter)
     cancelled: bool = False  # the client left or timed out: drop it if it has not started yet
     grammar: Any = None  # what the output must follow (skillbank.model.constrain); None: unconstrained
+    client: str = ""  # who asked (the peer's address): fair admission shares the queue and the batch by it
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ class LocalEngine:
         self._inbox: list[tuple[Job, Callable]] = []
         self._commands: list[tuple[Callable, tuple, asyncio.AbstractEventLoop, asyncio.Future]] = []
         self._closed = False
+        self.cost = StepCost()  # what a row costs the others (fair admission reads it)
         self._thread = threading.Thread(target=self._loop, name="skillbank-engine", daemon=True)
         self._thread.start()
 
@@ -162,6 +165,7 @@ class LocalEngine:
         base = self.execution.base
         batch: RowBatch | None = None
         rows: dict[int, tuple[Job, Callable, float, int]] = {}  # id(job) -> job, deliver, joined at, batch size
+        last_step = None  # when the last step ended, while rows kept decoding
         while True:
             with self._cond:
                 while not (self._inbox or self._commands or rows or self._closed):
@@ -191,7 +195,13 @@ class LocalEngine:
                     rows.update((id(j), (j, d, now, size)) for j, d in fresh)
                 if batch is not None and batch.rows:
                     drop = {key for key, (job, *_) in rows.items() if job.cancelled}
-                    for row, decoded in batch.step(drop):
+                    decoding = len(batch.rows)
+                    finished = batch.step(drop)
+                    now = time.perf_counter()
+                    if last_step is not None:  # a row's time per token: the step, the joins, and every wait between
+                        self.cost.observe(decoding, now - last_step)
+                    last_step = now if batch.rows else None
+                    for row, decoded in finished:
                         job, deliver, joined, size = rows.pop(row.key)
                         out = None if decoded is None else Output(
                             decoded.text, parse_output(decoded.text, job.entry, decoded.stopped, decoded.reason),
@@ -205,7 +215,7 @@ class LocalEngine:
                 for job, deliver, *_ in rows.values():
                     deliver(job, None, exc)
                 rows.clear()
-                batch = None
+                batch, last_step = None, None
 
     def close(self) -> None:
         with self._cond:

@@ -50,6 +50,10 @@ class Metrics:
         self.batch_size = Histogram("skillbank_batch_size", "Requests generated together", buckets=BATCH_BUCKETS,
                                     registry=r)
         self.queue_depth = Gauge("skillbank_queue_depth", "Requests queued or generating", registry=r)
+        self.batch_limit = Gauge("skillbank_batch_limit", "Rows the batch may hold now (fair admission caps it "
+                                 "while several clients are active)", registry=r)
+        self.active_clients = Gauge("skillbank_active_clients", "Clients holding requests or answered in the last "
+                                    "2 s", registry=r)
         self.shards = Gauge("skillbank_shards", "Shards in the served bank", registry=r)
         self.learn_jobs = Counter("skillbank_learn_jobs", "Background learn jobs finished, by outcome", ["state"],
                                   registry=r)

@@ -1,9 +1,38 @@
-"""Request and response bodies of the HTTP API (they are also its OpenAPI schema)."""
+"""Request and response bodies of the HTTP API (they are also its OpenAPI schema).
+
+Request bodies are validated strictly - a number is not a string, a string is not a number, as in OpenAI's
+API - and their schema states the rules the service enforces, including those it checks in code with its own
+messages (non-blank text, non-empty lists, the family name pattern): those are written here as JSON Schema
+next to the field (``json_schema_extra``), and the limits that come from the service's config (text length,
+list length) are filled in by :mod:`skillbank.serve.openapi`. What JSON Schema cannot say (a rule between two
+fields, a prompt's length in tokens, a grammar that must compile) is in the field's description.
+"""
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+
+from skillbank.memory.bank import FAMILY_NAME
+
+NON_BLANK = r"\S"  # search semantics: at least one character that is not white space
+# Record text: non-blank, and no control character but tab, line feed and carriage return (they would be
+# learned as tokens of the request; see skillbank.serve.learn.text_problem).
+PLAIN_TEXT = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$"
+RECORD_TEXT = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$"
+STRICT = ConfigDict(strict=True, extra="forbid")
+
+
+def _integral(value: Any) -> Any:
+    """JSON has one number type: 2.0 is the integer 2 (JSON Schema says so too), and is taken as one."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def Int(**constraints):
+    """An integer, strictly (not "2", not true, not 2.5), within ``constraints`` (ge, le). The constraints come
+    before the validator so that the schema states them as minimum / maximum."""
+    return Annotated[int, Field(**constraints), BeforeValidator(_integral)]
+OPEN = ConfigDict(strict=True, extra="allow")  # OpenAI's objects: unknown fields are accepted and ignored
 
 
 class ErrorBody(BaseModel):
@@ -20,13 +49,21 @@ class ErrorResponse(BaseModel):
 
 
 # -- /v1/plan ------------------------------------------------------------------------------------------
-class PlanRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+REQUEST_TEXT = {"type": "string", "pattern": NON_BLANK, "maxLength": 4000}  # maxLength: the config's
 
-    request: Union[str, list[str]] = Field(description="One raw request, or a list of them.",
-                                           examples=["Book a table at Nopa for Friday, then text Ana the confirmation"])
-    shard: Optional[str] = Field(None, description="Force this shard instead of routing by content.")
-    max_new_tokens: Optional[int] = Field(None, ge=1, description="Generation cap (at most the service's).")
+
+class PlanRequest(BaseModel):
+    model_config = STRICT
+
+    request: Annotated[Union[str, list[str]], WithJsonSchema({
+        "anyOf": [REQUEST_TEXT, {"type": "array", "items": REQUEST_TEXT, "minItems": 1, "maxItems": 64}],
+        "description": "One raw request, or a list of them: each non-blank, of at most max_request_chars "
+                       "characters (413 beyond), at most max_list of them (413 beyond). A request whose prompt "
+                       "does not fit the base model's context is a 413 too (its length in tokens).",
+        "examples": ["Book a table at Nopa for Friday, then text Ana the confirmation"]})]
+    shard: Optional[str] = Field(None, description="Force this shard instead of routing by content (404 when the "
+                                                   "bank has no such shard).")
+    max_new_tokens: Optional[Int(ge=1)] = Field(None, description="Generation cap (at most the service's).")
 
 
 class Timings(BaseModel):
@@ -58,12 +95,16 @@ class PlanResult(BaseModel):
     reason: Optional[str] = Field(None, description="why the request is out of scope; null otherwise")
     confidence: Confidence
     valid: bool
+    failed: bool = Field(False, description="the shard could not serve this request (its files damaged or "
+                                            "missing, its adapter failing to load or to generate): nothing was "
+                                            "generated, `error` says why and names the shard; the call's other "
+                                            "requests are answered as usual")
     constrained: bool = Field(False, description="decoded under a grammar (the shard's, or the client's "
                                                  "structured_outputs): only its skills and declared arguments")
     graph: Optional[dict[str, Any]] = Field(description="canonical task graph {task_nodes, task_links}; null when "
                                                         "invalid or out of scope")
-    error: Optional[str] = Field(description="why the generated output is not a valid graph; null when valid or "
-                                             "out of scope (see reason)")
+    error: Optional[str] = Field(description="why the generated output is not a valid graph, or why the shard "
+                                             "failed (see failed); null when valid or out of scope (see reason)")
     raw: str = Field(description="the executor's text as generated")
     tokens: int = Field(description="tokens generated")
     truncated: bool = Field(description="generation did not stop: it hit the token cap (or a grammar dead end)")
@@ -76,43 +117,159 @@ class PlanResponse(BaseModel):
 
 
 # -- /v1/chat/completions ---------------------------------------------------------------------------
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+ROLES = ("system", "user", "assistant", "tool", "function", "developer")
+TEXT_PART = {"type": "object", "required": ["type", "text"],
+             "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}
+OTHER_PART = {"type": "object", "properties": {"type": {"not": {"const": "text"}}}}
+# What makes a message the request: a user message with non-blank text (as a string or a text part).
+USER_REQUEST = {"type": "object", "required": ["role", "content"], "properties": {
+    "role": {"const": "user"},
+    "content": {"anyOf": [{"type": "string", "pattern": NON_BLANK},
+                          {"type": "array", "contains": {**TEXT_PART, "properties": {
+                              "type": {"const": "text"}, "text": {"type": "string", "pattern": NON_BLANK}}}}]}}}
 
-    role: str
-    content: Union[str, list[dict[str, Any]], None] = None
+
+def _content_part(part: dict) -> dict:
+    if part.get("type") == "text" and not isinstance(part.get("text"), str):
+        raise ValueError("a text content part needs a string 'text'")
+    return part
+
+
+ContentPart = Annotated[dict[str, Any], AfterValidator(_content_part),
+                        WithJsonSchema({"anyOf": [TEXT_PART, OTHER_PART]})]
+
+
+class ChatMessage(BaseModel):
+    model_config = OPEN
+
+    role: Literal[ROLES]
+    content: Union[str, list[ContentPart], None] = Field(
+        None, description="text, or content parts (text parts are joined with line breaks); the request is the "
+                          "last user message with text, at most max_request_chars characters (413 beyond)")
+    name: Optional[str] = None
 
 
 class ChatOptions(BaseModel):
     """skillbank's own extension of a chat completion request."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     format: Optional[Literal["text", "tool_calls"]] = Field(
         None, description='"tool_calls": answer in OpenAI tool_calls form; "text": the graph as JSON text in '
                           "message.content; default: tool_calls when the request has tools or tool_choice")
 
 
+class FunctionDefinition(BaseModel):
+    model_config = OPEN
+
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: Optional[str] = None
+    parameters: Optional[dict[str, Any]] = None
+    strict: Optional[bool] = None
+
+
+class FunctionTool(BaseModel):
+    model_config = OPEN
+
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class CustomTool(BaseModel):
+    model_config = OPEN
+
+    type: Literal["custom"]
+    custom: dict[str, Any]
+
+
+class ToolName(BaseModel):
+    model_config = OPEN
+
+    name: str
+
+
+class NamedFunctionChoice(BaseModel):
+    model_config = OPEN
+
+    type: Literal["function"]
+    function: ToolName
+
+
+class NamedCustomChoice(BaseModel):
+    model_config = OPEN
+
+    type: Literal["custom"]
+    custom: ToolName
+
+
+class AllowedToolsChoice(BaseModel):
+    model_config = OPEN
+
+    type: Literal["allowed_tools"]
+    allowed_tools: dict[str, Any]
+
+
+class ResponseFormat(BaseModel):
+    model_config = OPEN
+
+    type: Literal["text", "json_object", "json_schema"]
+
+
+Tool = Annotated[Union[FunctionTool, CustomTool], Field(discriminator="type")]
+ToolChoiceObject = Annotated[Union[NamedFunctionChoice, NamedCustomChoice, AllowedToolsChoice],
+                             Field(discriminator="type")]
+Penalty = Optional[Annotated[float, Field(ge=-2, le=2)]]
+
+
 class ChatRequest(BaseModel):
-    """OpenAI chat completion request. The last user message is the request; sampling settings are accepted
-    and ignored (decoding is greedy: a plan should not depend on luck).
+    """OpenAI chat completion request. The request to plan is the last user message with text; OpenAI's
+    parameters are checked with OpenAI's types and ranges (a wrong one is a 400 naming it) and otherwise
+    ignored: decoding is greedy (a plan should not depend on luck), so ``n`` must be 1 and ``stream`` false.
+    Fields this service does not know are accepted and ignored, except vLLM's ``structured_outputs``
+    ``{"grammar": <Lark>}`` (or ``guided_grammar``), which constrains decoding (400 if it does not compile).
 
     The answer is the task graph as JSON text in ``message.content``, or - when the request carries ``tools``
     or ``tool_choice`` (other than "none"), as OpenAI function-calling clients send, or
     ``"skillbank": {"format": "tool_calls"}`` - OpenAI ``tool_calls``: one call per node (see ChatChoiceMessage)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = OPEN
 
-    model: str = Field("skillbank", description='"skillbank" routes by content; a shard name forces that shard')
-    messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: Optional[int] = Field(None, ge=1)
-    max_completion_tokens: Optional[int] = Field(None, ge=1)
-    n: int = Field(1, ge=1)
-    stream: bool = False
-    tools: Optional[list[dict[str, Any]]] = Field(
-        None, description="OpenAI function tools. Their presence asks for the tool_calls form; the plan's calls are "
-                          "the routed shard's own skills whatever the list names")
-    tool_choice: Union[str, dict[str, Any], None] = Field(
+    model: str = Field("skillbank", description='"skillbank" routes by content; a shard name forces that shard '
+                                                "(404 for any other name)")
+    messages: Annotated[list[ChatMessage], Field(min_length=1, json_schema_extra={
+        "contains": USER_REQUEST, "description": "at least one user message with non-blank text: the last "
+                                                 "such message is the request (400 without one)"})]
+    max_tokens: Optional[Int(ge=1)] = None
+    max_completion_tokens: Optional[Int(ge=1)] = None
+    n: Annotated[Optional[Int(ge=1, le=128)], WithJsonSchema(
+        {"anyOf": [{"const": 1}, {"type": "null"}], "description": "1 only: decoding is greedy (400 otherwise)"})
+    ] = None
+    stream: Annotated[Optional[bool], WithJsonSchema(
+        {"anyOf": [{"const": False}, {"type": "null"}], "description": "false only: a task graph is returned "
+                                                                        "whole (400 otherwise)"})] = None
+    temperature: Optional[Annotated[float, Field(ge=0, le=2)]] = None
+    top_p: Optional[Annotated[float, Field(ge=0, le=1)]] = None
+    frequency_penalty: Penalty = None
+    presence_penalty: Penalty = None
+    logit_bias: Optional[dict[str, Annotated[float, Field(ge=-100, le=100)]]] = None
+    logprobs: Optional[bool] = None
+    top_logprobs: Optional[Int(ge=0, le=20)] = None
+    seed: Optional[Int()] = None
+    stop: Union[str, Annotated[list[str], Field(max_length=4)], None] = None
+    stream_options: Optional[dict[str, Any]] = None
+    response_format: Optional[ResponseFormat] = None
+    user: Optional[str] = None
+    metadata: Optional[dict[str, str]] = None
+    store: Optional[bool] = None
+    parallel_tool_calls: Optional[bool] = None
+    reasoning_effort: Optional[Literal["none", "minimal", "low", "medium", "high", "xhigh"]] = None
+    service_tier: Optional[Literal["auto", "default", "flex", "scale", "priority"]] = None
+    modalities: Optional[list[Literal["text", "audio"]]] = None
+    verbosity: Optional[Literal["low", "medium", "high"]] = None
+    tools: Optional[list[Tool]] = Field(
+        None, description="OpenAI tools. Their presence asks for the tool_calls form; the plan's calls are the "
+                          "routed shard's own skills whatever the list names")
+    tool_choice: Union[Literal["none", "auto", "required"], ToolChoiceObject, None] = Field(
         None, description='asks for the tool_calls form, except "none" (then the graph is JSON text)')
     skillbank: Optional[ChatOptions] = Field(None, description="skillbank's own options; format overrides "
                                                                "tools/tool_choice")
@@ -209,25 +366,96 @@ class Health(BaseModel):
 
 
 # -- /v1/families ---------------------------------------------------------------------------------------
+class TrainOverrides(BaseModel):
+    """TrainConfig fields a learn call may override, with their types and ranges
+    (skillbank.train.executor.TrainConfig; the LoRA rank at most 512, the largest vLLM serves)."""
+
+    model_config = STRICT
+
+    rank: Int(ge=1, le=512) = None
+    alpha: float = Field(None, gt=0)
+    dropout: float = Field(None, ge=0, lt=1)
+    target_modules: list[Annotated[str, Field(pattern=NON_BLANK)]] = Field(None, min_length=1)
+    layers_to_transform: Optional[list[Int(ge=0)]] = Field(None, min_length=1)
+    lr: float = Field(None, gt=0, lt=1)
+    epochs: Int(ge=1) = None
+    batch_size: Int(ge=1) = None
+    grad_accum: Int(ge=1) = None
+    warmup_ratio: float = Field(None, ge=0, lt=1)
+    weight_decay: float = Field(None, ge=0)
+    max_grad_norm: Optional[float] = Field(None, gt=0)
+    max_length: Optional[Int(ge=8)] = None
+    seed: Int() = None
+    target_format: Literal["json", "compact"] = None
+    system_prompt: str = None
+    precision: Literal["auto", "fp32", "bf16"] = None
+
+
+def _without_defaults(schema: dict) -> dict:
+    """A model's schema to inline: its fields' ``default: null`` means "not given", not a value to send."""
+    props = {k: {kk: vv for kk, vv in v.items() if kk not in ("default", "title")}
+             for k, v in schema["properties"].items()}
+    return {"type": "object", "properties": props, "additionalProperties": False}
+
+
+TRAIN_SCHEMA = _without_defaults(TrainOverrides.model_json_schema())
+RECORD_STRING = {"type": "string", "pattern": RECORD_TEXT}
+GRAPH_SCHEMA = {
+    "type": "object", "required": ["task_nodes", "task_links"], "additionalProperties": False,
+    "description": "a task graph (skillbank.graph): nodes in topological order, each <node-j> argument value "
+                   "naming an earlier node, links between the nodes' tasks, no cycle",
+    "properties": {
+        "task_nodes": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["task", "arguments"], "additionalProperties": False,
+            "properties": {"task": RECORD_STRING, "arguments": {"type": "array", "items": {
+                "type": "object", "required": ["name", "value"], "additionalProperties": False,
+                "properties": {"name": RECORD_STRING,
+                               "value": {"anyOf": [{"type": "string", "pattern": PLAIN_TEXT},
+                                                   {"type": "number"}, {"type": "boolean"}]}}}}}}},
+        "task_links": {"type": "array", "items": {
+            "type": "object", "required": ["source", "target"], "additionalProperties": False,
+            "properties": {"source": RECORD_STRING, "target": RECORD_STRING}}}}}
+RECORD_SCHEMA = {
+    "type": "object", "required": ["id", "family", "request", "graph"],
+    "description": "one record: `family` must be the call's family, ids unique, every string plain text",
+    "properties": {"id": {"anyOf": [RECORD_STRING, {"type": "integer"}]}, "family": RECORD_STRING,
+                   "request": RECORD_STRING, "graph": GRAPH_SCHEMA,
+                   "structure": {"enum": ["single", "chain", "dag", "", None]}}}
+RECORDS_SCHEMA = {
+    "anyOf": [{"type": "string", "pattern": NON_BLANK,
+               "description": "JSON Lines text: one record per line (each line as in the list form)"},
+              {"type": "array", "minItems": 1, "items": RECORD_SCHEMA}],
+    "description": 'the records, JSON Lines text or a list: {"id", "family", "request", "graph"} each, their '
+                   "family the call's, their skills disjoint from the bank's (409-free: 422 otherwise)"}
+
+
 class LearnRequest(BaseModel):
     """JSON form of a learn call (the other form is the JSONL file itself as the body, settings in the query)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
-    family: str = Field(description="new family name: 1-64 letters, digits, '_' or '-'")
-    records: Union[str, list[dict[str, Any]]] = Field(
-        description='JSON Lines text, one {"id", "family", "request", "graph"} record per line, or a list of records')
+    family: str = Field(description="new family name: 1-64 letters, digits, '_' or '-', starting with a letter or "
+                                    "digit (409 when the bank has it)",
+                        json_schema_extra={"pattern": FAMILY_NAME.pattern})
+    records: Annotated[Union[str, list[dict[str, Any]]], WithJsonSchema(RECORDS_SCHEMA)]
     recipe: Literal["auto", "paper", "small-cpu"] = Field(
         "auto", description="'auto': small-cpu for bases under 1B parameters (the embedded one), else paper")
-    train: dict[str, Any] = Field(default_factory=dict, description="TrainConfig field overrides, e.g. {\"epochs\": 2}")
-    skills: Optional[list[str]] = Field(None, description="the family's skill ids (default: those the records use)")
+    train: Annotated[dict[str, Any], WithJsonSchema({
+        **TRAIN_SCHEMA, "description": 'TrainConfig field overrides, e.g. {"epochs": 2}'})] = Field(
+        default_factory=dict)
+    skills: Optional[list[Annotated[str, Field(json_schema_extra={"pattern": NON_BLANK})]]] = Field(
+        None, min_length=1, description="the family's skill ids (default: those the records use); the records use "
+                                        "no other")
 
 
 class LoadAdapterRequest(BaseModel):
     """vLLM's ``/v1/load_lora_adapter`` body."""
 
+    model_config = STRICT
+
     lora_name: str
-    lora_path: str
+    lora_path: str = Field(json_schema_extra={"pattern": "^[^\\x00]*$"},
+                           description="the shard's directory in this bank (409 for any other path)")
 
 
 class LearnJobInfo(BaseModel):

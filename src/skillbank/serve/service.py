@@ -3,10 +3,14 @@ the one planning path that /v1/plan and /v1/chat/completions share (limits, rout
 from __future__ import annotations
 
 import asyncio
+import copy
+import functools
 import hmac
 import logging
+import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -18,7 +22,7 @@ from skillbank.serve import schemas as S
 from skillbank.serve.batcher import Batcher, QueueFull
 from skillbank.serve.config import ADMIN_TOKEN_ENV, ServeConfig
 from skillbank.serve.engine import Job, LocalEngine, Output, UpstreamEngine, UpstreamError
-from skillbank.serve.learn import LearnManager
+from skillbank.serve.learn import LearnManager, check_against_base
 from skillbank.serve.metrics import Metrics
 from skillbank.serve.state import Snapshot, newer_snapshot
 
@@ -26,7 +30,8 @@ log = logging.getLogger("skillbank.serve")
 
 ROUTER_MODEL = "skillbank"
 ERROR_TYPES = {400: "invalid_request_error", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-               405: "invalid_request_error", 409: "conflict", 413: "too_large", 415: "invalid_request_error",
+               405: "invalid_request_error", 408: "timeout", 409: "conflict", 413: "too_large",
+               415: "invalid_request_error",
                422: "invalid_request_error", 429: "rate_limited", 499: "client_closed", 502: "upstream_error",
                503: "unavailable", 504: "timeout"}
 ERRORS = {code: {"model": S.ErrorResponse} for code in (400, 413, 422, 429, 500, 504)}
@@ -49,8 +54,9 @@ def error_response(status: int, message: str, param: str | None = None, headers:
 
 @dataclass
 class Planned:
-    """One request's way through :meth:`Service.plan`: generated (``job`` and ``out``), or refused as out of
-    scope (both None: it was never queued)."""
+    """One request's way through :meth:`Service.plan`: generated (``job`` and ``out``), refused as out of
+    scope (both None: it was never queued), or failed by its shard (``failure`` says why, naming the shard;
+    the other requests of the call are answered as usual)."""
 
     request: str
     shard: str  # routed (or forced) shard; for a refused request the one routing would have picked
@@ -59,6 +65,7 @@ class Planned:
     verdict: ScopeVerdict | None  # None when the scope was not checked (forced shard, or scope off)
     job: Job | None = None
     out: Output | None = None
+    failure: str | None = None
 
     @property
     def out_of_scope(self) -> bool:
@@ -88,7 +95,26 @@ class Service:
         self.learner = LearnManager(snapshot.bank.root, threads=config.learn_threads, on_finished=self.reload,
                                     metrics=self.metrics, checkpoint_minutes=config.learn_checkpoint_minutes)
         self.started = int(time.time())
+        self.learn_base_check = self._base_check(snapshot) if config.admin_token else None
+        execution = snapshot.bank.execution
+        # What a learn call's LoRA may target in the served base (the schema states it); None in upstream mode.
+        self.lora_targets = lora_targets(execution.base.model) if execution is not None else None
+        self.num_layers = execution.base.num_layers if execution is not None else None
         self._warn_if_scope_unknown(snapshot)
+
+    @staticmethod
+    def _base_check(snap: Snapshot):
+        """:func:`check_against_base` for learn uploads, on the served base; None in upstream mode (no model is
+        loaded here; the learner's process loads it and reports what it cannot take)."""
+        execution = snap.bank.execution
+        if execution is None:
+            return None
+        base = execution.base
+        # Taken now, before the engine thread first touches the model: the uploads are checked on worker
+        # threads, with a tokenizer of their own (a fast tokenizer is not to be shared across threads), and
+        # the module names are read while no adapter is being attached.
+        return functools.partial(check_against_base, tokenizer=copy.deepcopy(base.tokenizer),
+                                 num_layers=base.num_layers, module_names=set(lora_targets(base.model)))
 
     def _warn_if_scope_unknown(self, snap: Snapshot) -> None:
         """Out-of-scope checking is on but this bank cannot do it: say so once, rather than plan everything quietly."""
@@ -105,7 +131,8 @@ class Service:
     async def start(self) -> None:
         self.batcher = Batcher(self.engine, max_batch=self.config.effective_max_batch,
                                window_s=self.config.effective_window_s, queue_size=self.config.queue_size,
-                               metrics=self.metrics)
+                               metrics=self.metrics, client_queue=self.config.effective_client_queue,
+                               fair_slowdown=self.config.fair_slowdown)
         self.batcher.start()
 
     async def stop(self) -> None:
@@ -145,7 +172,11 @@ class Service:
         """Route (or force ``shard``), check the scope, and generate. A routed request no learned family covers
         is refused here - before the engine, local or upstream - and never queued. Each job follows its shard's
         grammar when the service constrains decoding, or ``grammar`` when the client sent one
-        (``structured_outputs``)."""
+        (``structured_outputs``).
+
+        A request whose shard cannot be served (its files damaged, its adapter failing to load or generate)
+        comes back with ``failure`` set; the call's other requests are generated all the same. Only an upstream
+        that fails every request of the call fails the call (502/504): then nothing could be generated."""
         cfg, snap = self.config, self.snapshot
         if not snap.shard_names:
             raise ServiceError(409, f"the bank {snap.bank.root.name} has no shards yet; learn a family first")
@@ -167,7 +198,8 @@ class Service:
                 raise ServiceError(413, f"{where} is {len(r)} characters long, the limit is {cfg.max_request_chars}",
                                    param=where)
         requests = [r.strip() for r in requests]
-        self._admit(lambda: self.batcher.check_room(len(requests)))  # refuse before routing and tokenizing
+        client = client_of(http)
+        self._admit(lambda: self.batcher.check_room(len(requests), client))  # refuse before routing and tokenizing
 
         t0 = time.perf_counter()
         if shard is not None:
@@ -187,57 +219,89 @@ class Service:
             probs = [{c: float(p) for c, p in zip(classes, row)} for row in proba]
         route_s = (time.perf_counter() - t0) / len(requests)
         self.metrics.route_seconds.observe(route_s)
+        planned = [Planned(req, name, p, route_s, verdict)
+                   for req, name, p, verdict in zip(requests, names, probs, verdicts)]
 
         # Upstream mode: a shard's files are hashed on its first routed request, off the event loop (a local
         # bank checks them as it loads the shard).
-        unverified = [] if snap.bank.execution is not None else [n for n in dict.fromkeys(
-            n for n, v in zip(names, verdicts) if v is None or v.in_scope is not False) if n not in snap.verified]
-        for name in unverified:
-            try:
-                await asyncio.to_thread(snap.verify, name)
-            except SkillbankError as exc:
-                self.metrics.errors.labels("shard").inc()
-                raise ServiceError(500, f"shard {name!r} cannot be served: {exc}") from None
+        broken: dict[str, str] = {}
+        if snap.bank.execution is None:
+            for name in dict.fromkeys(q.shard for q in planned if not q.out_of_scope):
+                if name not in snap.verified:
+                    try:
+                        await asyncio.to_thread(snap.verify, name)
+                    except SkillbankError as exc:
+                        broken[name] = shard_failure(name, exc, snap.bank.root)
 
         cap = self.default_max_new_tokens(snap)
         mnt = min(max_new_tokens, cap) if max_new_tokens else cap
         limit = self.engine.context_limit()
         loop = asyncio.get_running_loop()
-        jobs, planned = [], []
-        for i, (req, name, p, verdict) in enumerate(zip(requests, names, probs, verdicts)):
-            planned.append(Planned(req, name, p, route_s, verdict))
-            if planned[-1].out_of_scope:
+        jobs = []
+        for i, q in enumerate(planned):
+            if q.out_of_scope:
                 continue
-            entry = snap.entry(name)
-            n_prompt = self.engine.prompt_tokens(req, entry)
+            rule = grammar
+            if rule is None and cfg.constrain and q.shard not in broken:
+                try:
+                    rule = snap.grammar(q.shard)  # a shard whose skills.json is unreadable fails here, alone
+                except SkillbankError as exc:
+                    broken[q.shard] = shard_failure(q.shard, exc, snap.bank.root)
+            if q.shard in broken:
+                q.failure = broken[q.shard]
+                continue
+            entry = snap.entry(q.shard)
+            n_prompt = self.engine.prompt_tokens(q.request, entry)
             if limit and n_prompt + mnt > limit:
                 where = param if len(requests) == 1 else f"{param}[{i}]"
                 raise ServiceError(413, f"{where} is too long: {n_prompt} prompt tokens + {mnt} generation tokens "
                                         f"exceed the base model's context of {limit} tokens", param=where)
-            rule = grammar if grammar is not None else (snap.grammar(name) if cfg.constrain else None)
-            planned[-1].job = Job(req, name, entry, p, route_s, mnt, loop.create_future(), prompt_tokens=n_prompt,
-                                  grammar=rule)
-            jobs.append(planned[-1].job)
+            q.job = Job(q.request, q.shard, entry, q.probabilities, route_s, mnt, loop.create_future(),
+                        prompt_tokens=n_prompt, grammar=rule, client=client)
+            jobs.append(q.job)
         for q in planned:
             if q.out_of_scope:
                 self.metrics.out_of_scope.labels(q.verdict.family or "none").inc()
         if jobs:
             self._admit(lambda: self.batcher.submit(jobs))
-            for q, out in zip([q for q in planned if not q.out_of_scope], await self._wait(jobs, http)):
-                q.out = out
+            results = await self._wait(jobs, http)
+            self._settle([q for q in planned if q.job is not None], results, snap.bank.root)
+        for q in planned:
+            if q.failure is not None:
+                self.metrics.errors.labels("shard").inc()
         return planned
+
+    def _settle(self, planned: list[Planned], results: list, root: Path) -> None:
+        """Hand each generated request its output or its failure. An upstream that failed every request (down,
+        or timing out) fails the call as before; an unexpected error (a bug, not a shard's) is raised: the
+        app logs it and answers a generic 500."""
+        upstream = [r for r in results if isinstance(r, UpstreamError)]
+        if upstream and len(upstream) == len(results):
+            self.metrics.errors.labels("upstream").inc()
+            raise ServiceError(upstream[0].status, str(upstream[0]))
+        for q, result in zip(planned, results):
+            if isinstance(result, Output):
+                q.out = result
+            elif isinstance(result, UpstreamError):
+                self.metrics.errors.labels("upstream").inc()
+                q.failure = f"shard {q.shard!r} could not be generated upstream: {_without_paths(str(result), root)}"
+            elif isinstance(result, SkillbankError):
+                q.failure = shard_failure(q.shard, result, root)
+            else:
+                raise result
 
     def _admit(self, step) -> None:
         """Run a queue step; a full queue is a 429 with Retry-After."""
         try:
             step()
         except QueueFull as exc:
-            self.metrics.errors.labels("queue_full").inc()
+            self.metrics.errors.labels("client_queue_full" if exc.client else "queue_full").inc()
             raise ServiceError(429, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
 
-    async def _wait(self, jobs: list[Job], http: Request | None) -> list[Output]:
-        """Wait for every job, the deadline, or the client going away - whichever comes first."""
-        gathered = asyncio.gather(*(j.future for j in jobs))
+    async def _wait(self, jobs: list[Job], http: Request | None) -> list:
+        """Wait for every job, the deadline, or the client going away - whichever comes first. Returns each job's
+        Output, or the exception that failed it."""
+        gathered = asyncio.gather(*(j.future for j in jobs), return_exceptions=True)
         waiters = {gathered}
         watcher = None
         if http is not None:
@@ -254,16 +318,10 @@ class Service:
             if watcher is not None:
                 watcher.cancel()
         if gathered in done:
-            try:
-                return gathered.result()
-            except UpstreamError as exc:
-                self.metrics.errors.labels("upstream").inc()
-                raise ServiceError(exc.status, str(exc)) from None
-            except SkillbankError as exc:
-                self.metrics.errors.labels("generation").inc()
-                raise ServiceError(500, f"generation failed: {exc}") from None
-            except asyncio.CancelledError:
-                raise ServiceError(503, "the service is shutting down") from None
+            results = gathered.result()
+            if any(isinstance(r, asyncio.CancelledError) for r in results):  # the batcher stopped
+                raise ServiceError(503, "the service is shutting down")
+            return results
         self._abandon(jobs, gathered)
         if watcher is not None and watcher in done:
             self.metrics.errors.labels("client_disconnected").inc()
@@ -284,8 +342,16 @@ class Service:
         if planned.out_of_scope:
             return {"request": planned.request, "shard": None, "routed": routed,
                     "probabilities": planned.probabilities, "out_of_scope": True, "reason": planned.verdict.reason,
-                    "confidence": planned.confidence(), "valid": False, "constrained": False, "graph": None,
-                    "error": None, "raw": "", "tokens": 0, "truncated": False, "batch_size": 0,
+                    "confidence": planned.confidence(), "valid": False, "failed": False, "constrained": False,
+                    "graph": None, "error": None, "raw": "", "tokens": 0, "truncated": False, "batch_size": 0,
+                    "timings": {"queue_ms": 0.0, "route_ms": 1000 * planned.route_s, "generate_ms": 0.0,
+                                "total_ms": 1000 * (time.perf_counter() - arrived)}}
+        if planned.failure is not None:
+            return {"request": planned.request, "shard": planned.shard, "routed": routed,
+                    "probabilities": planned.probabilities, "out_of_scope": False, "reason": None,
+                    "confidence": planned.confidence(), "valid": False, "failed": True, "constrained": False,
+                    "graph": None, "error": planned.failure, "raw": "", "tokens": 0, "truncated": False,
+                    "batch_size": 0,
                     "timings": {"queue_ms": 0.0, "route_ms": 1000 * planned.route_s, "generate_ms": 0.0,
                                 "total_ms": 1000 * (time.perf_counter() - arrived)}}
         job, out = planned.job, planned.out
@@ -296,7 +362,7 @@ class Service:
         self.metrics.generate_seconds.observe(out.generate_s)
         return {"request": job.request, "shard": job.shard, "routed": routed, "probabilities": job.probabilities,
                 "out_of_scope": False, "reason": None, "confidence": planned.confidence(),
-                "valid": valid, "constrained": job.grammar is not None,
+                "valid": valid, "failed": False, "constrained": job.grammar is not None,
                 "graph": out.parsed.graph.canonical().to_dict() if valid else None,
                 "error": None if valid else out.parsed.error, "raw": out.text, "tokens": out.n_tokens,
                 "truncated": not out.stopped, "batch_size": out.batch_size,
@@ -314,6 +380,49 @@ class Service:
             self.metrics.errors.labels("unauthorized").inc()
             raise ServiceError(401, "missing or wrong bearer token (Authorization: Bearer <token>)",
                                headers={"WWW-Authenticate": "Bearer"})
+
+
+def lora_targets(model) -> list[str]:
+    """The module names a LoRA may target in ``model`` (what TrainConfig.target_modules names): its linear,
+    embedding and convolution layers, by their last name; adapters already attached are not counted."""
+    import torch.nn as nn
+    names = set()
+    for name, module in model.named_modules():
+        if not (isinstance(module, (nn.Linear, nn.Embedding, nn.Conv1d, nn.Conv2d))
+                or type(module).__name__ == "Conv1D"):  # transformers' GPT-2 style linear layer
+            continue
+        parts = name.split(".")
+        if any(p.startswith("lora_") for p in parts):
+            continue
+        if parts[-1] == "base_layer":  # a layer an adapter wraps: it is targeted by the wrapper's name
+            parts = parts[:-1]
+        names.add(parts[-1])
+    return sorted(names)
+
+
+def client_of(http: Request | None) -> str:
+    """Whom a request counts against in fair admission: the peer's address (as the ASGI server reports it;
+    behind a reverse proxy, have the server take it from the proxy's headers, or every client is the proxy)."""
+    peer = http.client if http is not None else None
+    return peer.host if peer is not None and peer.host else "unknown"
+
+
+# An absolute path: "/" that does not continue a word, a relative path or a URL, then path characters.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/-])/(?:[\w.@+~-]+/)*[\w.@+~-]*")
+
+
+def _without_paths(text: str, root: Path) -> str:
+    """``text`` with no path of the server in it: paths inside the bank become relative to it, any other
+    absolute path is replaced by "<path>" (where the bank or the model lives is the server's business)."""
+    for prefix in dict.fromkeys((str(root.resolve()), str(root.absolute()))):
+        text = text.replace(prefix + "/", "")
+    return _ABSOLUTE_PATH.sub("<path>", text)
+
+
+def shard_failure(name: str, exc: BaseException, root: Path) -> str:
+    """What a client is told about a shard that cannot be served: the shard's name and the reason, no path."""
+    reason = _without_paths(str(exc), root)
+    return reason if f"shard {name!r}" in reason else f"shard {name!r} cannot be served: {reason}"
 
 
 async def _disconnected(http: Request) -> None:

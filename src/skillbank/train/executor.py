@@ -1,4 +1,5 @@
-"""Training one executor: a fresh LoRA adapter on the frozen base, fitted to one stage's records only.
+"""Training one executor: a LoRA adapter on the frozen base (fresh, or starting from another adapter's
+weights), fitted to one stage's records only.
 
 The adapter learns request -> serialised task graph (``skillbank.model.serialization``) with the
 closed-book prompt (``skillbank.model.prompts``); the loss is next-token cross-entropy on the target
@@ -16,6 +17,7 @@ and of every other adapter untouched, and the new adapter is frozen when trainin
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
@@ -26,11 +28,12 @@ from skillbank.errors import ModelError
 from skillbank.model.base import LoadedBase, freeze_all
 from skillbank.model.prompts import DEFAULT_SYSTEM_PROMPT, Example, build_example
 from skillbank.model.serialization import FORMATS, encode
-from skillbank.train.loop import (PRECISIONS, FitResult, collate, fit, length_grouped_batches, resolve_precision,
-                                  target_loss)
+from skillbank.train.loop import (PRECISIONS, FitResult, adapter_parameters, collate, fit, length_grouped_batches,
+                                  resolve_precision, target_loss)
 
 __all__ = ["TrainConfig", "TrainSummary", "train_executor", "add_lora", "build_examples", "summarize", "freeze_all",
-           "common_prefix", "top_layers", "resolve_precision", "collate", "length_grouped_batches", "target_loss"]
+           "common_prefix", "top_layers", "copy_lora", "lora_tensors", "resolve_precision", "collate",
+           "length_grouped_batches", "target_loss"]
 
 
 @dataclass(frozen=True)
@@ -196,14 +199,18 @@ def top_layers(num_layers: int, count: int) -> tuple[int, ...]:
 
 # -- training --------------------------------------------------------------------------------------
 def train_executor(base: LoadedBase, records: Sequence[Record], cfg: TrainConfig | None = None, *,
-                   adapter_name: str, family_prefix: str | None = None, progress: bool = True, checkpoint=None):
-    """Train a fresh LoRA adapter ``adapter_name`` on ``records`` and return ``(peft_model, TrainSummary)``.
+                   adapter_name: str, family_prefix: str | None = None, progress: bool = True, checkpoint=None,
+                   init_adapter: str | None = None):
+    """Train a LoRA adapter ``adapter_name`` on ``records`` and return ``(peft_model, TrainSummary)``.
 
     The adapter is added to ``base`` (``base.peft`` is the PeftModel holding every adapter), trained with
     AdamW + linear warm-up/decay, then frozen and left active in eval mode. ``family_prefix`` is the
     skill-id prefix the compact format strips (default: the longest ``::`` prefix shared by the records'
     skills); it is returned in the summary because decoding needs it. ``checkpoint``: see
     :func:`~skillbank.train.loop.fit` (a killed training continues from it).
+    init_adapter: an adapter already on ``base`` whose LoRA A and B tensors the new adapter starts from
+        (:func:`copy_lora`; same rank, target modules and layers) instead of a fresh initialisation; the
+        training is otherwise the same.
     """
     cfg = cfg or TrainConfig()
     records = list(records)
@@ -217,6 +224,8 @@ def train_executor(base: LoadedBase, records: Sequence[Record], cfg: TrainConfig
     examples, dropped = build_examples(base, records, cfg, family_prefix)
     peft_model = add_lora(base, adapter_name, cfg)
     try:
+        if init_adapter is not None:
+            copy_lora(base, init_adapter, adapter_name)
         result = fit(base, examples, cfg, adapter=adapter_name, seed=cfg.seed, progress=progress, checkpoint=checkpoint)
     except BaseException:
         base.remove_adapter(adapter_name)  # never leave a half-trained adapter behind
@@ -241,6 +250,32 @@ def add_lora(base: LoadedBase, name: str, cfg: TrainConfig, seed: int | None = N
         raise
     except ValueError as exc:  # peft: a target module that does not exist, etc.
         raise ModelError(f"cannot add LoRA adapter {name!r}: {exc}") from exc
+
+
+def lora_tensors(peft_model, adapter: str) -> dict[str, torch.nn.Parameter]:
+    """Every LoRA parameter of ``adapter``, keyed by its place in the model (the adapter's name taken out of
+    the parameter name, so two adapters' keys match)."""
+    place = re.compile(rf"(\.lora_\w+)\.{re.escape(adapter)}(\.|$)")
+    return {place.sub(r"\1\2", n, count=1): p for n, p in adapter_parameters(peft_model, adapter).items()}
+
+
+def copy_lora(base: LoadedBase, source: str, target: str) -> None:
+    """Copy adapter ``source``'s LoRA tensors (A and B of every adapted module) into adapter ``target``.
+    Both must have the same shape: the same modules adapted, with the same rank."""
+    src, dst = lora_tensors(base.peft, source), lora_tensors(base.peft, target)
+    if not src:
+        raise ModelError(f"adapter {source!r} has no LoRA parameters to start {target!r} from")
+    missing, extra = sorted(set(dst) - set(src)), sorted(set(src) - set(dst))
+    shapes = [k for k in dst if k in src and src[k].shape != dst[k].shape]
+    if missing or extra or shapes:
+        why = (f"{len(missing)} of its LoRA tensors have no counterpart in {source!r} (e.g. {missing[0]})" if missing
+               else f"{source!r} adapts modules it does not (e.g. {extra[0]})" if extra
+               else f"{shapes[0]} is {tuple(src[shapes[0]].shape)} in {source!r}, {tuple(dst[shapes[0]].shape)} here")
+        raise ModelError(f"adapter {target!r} cannot start from {source!r}: {why}; the rank, target modules and "
+                         "layers must be the same")
+    with torch.no_grad():
+        for key, tensor in dst.items():
+            tensor.copy_(src[key].to(dtype=tensor.dtype, device=tensor.device))
 
 
 def build_examples(base: LoadedBase, records: Sequence[Record], cfg: TrainConfig, family_prefix: str

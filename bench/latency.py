@@ -1,0 +1,399 @@
+"""Plan latency and decode throughput of a bank, next to plain transformers and llama.cpp on the same weights.
+
+One run reports, for hand-written requests (tests/fixtures/paraphrase_builtin*.jsonl, the bank's families):
+
+- cold start, each in a fresh process: importing what ``plan`` needs, and ``skillbank plan BANK "..."`` end to
+  end (wall time, as ``/usr/bin/time`` would give it);
+- in this process: ``SkillBank.open``, the first plan (shard load, grammar library, first compile), then
+  batch-1 plan latency p50/p90 and tokens/s, and the aggregate tokens/s of batches of 8 and 16 (three
+  batches' worth of requests each, so finished rows are refilled as in a busy planner), each with the grammar
+  on and off; an out-of-scope request's latency (tests/fixtures/offdomain.jsonl);
+- the references, on the same weights (the base with the shard merged in), the same prompts and the same
+  token counts: transformers' ``generate`` (greedy, ``min_new_tokens = max_new_tokens``) in float32 and
+  bfloat16, its batches once with rows of uniform length (its best case) and once with the requests' own
+  counts (a static batch runs to its longest row), and llama.cpp on the base's GGUF when ``llama_cpp``
+  (llama-cpp-python) is importable (one request at a time);
+- the ratios the speed targets are stated in.
+
+Every throughput is also given per CPU second of this process: on a machine shared with other jobs the wall
+time of a multi-threaded torch process swings several-fold (its threads wait for each other), the CPU time
+much less. The machine's load average is printed first; ``--threads 1`` gives the steadiest comparisons.
+
+Without ``--bank`` a bank is made in a temporary directory on the embedded base, with one built-in family
+learned from a few records (``--train-records``, one epoch): an undertrained shard, but decoding costs the
+same per token whatever it learned, and the grammar keeps its outputs well-formed.
+
+    .venv/bin/python bench/latency.py [--bank runs/demo/methods/fsm/bank] [--threads 2] [--json out.json]
+
+llama.cpp is not a dependency (building it takes long on a small CPU): ``pip install -e ".[bench]"``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+FAMILY = "t1_daily_life"  # the family a standalone bank learns
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bank", type=Path, help="A bank; default: make a small one in a temporary directory.")
+    ap.add_argument("--threads", type=int, default=None, help="Torch (and llama.cpp) threads; default: torch's.")
+    ap.add_argument("--requests", type=int, default=16, help="Batch-1 requests timed (each free and constrained).")
+    ap.add_argument("--max-new-tokens", type=int, default=96, help="Generation cap.")
+    ap.add_argument("--train-records", type=int, default=16, help="Records the standalone bank learns from.")
+    ap.add_argument("--dtype", default="float32", help="The base's dtype in memory (BaseModelConfig.dtype).")
+    ap.add_argument("--hf-dtypes", default="float32,bfloat16", help="Dtypes of the transformers reference.")
+    ap.add_argument("--skip", default="", help="Comma-separated parts to skip: cold,batch,hf,llama.")
+    ap.add_argument("--json", type=Path, help="Also write every figure to this file.")
+    args = ap.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    report: dict = {"machine": machine_state()}
+    say(f"machine: {report['machine']}")
+
+    tmp = None
+    if args.bank is None:
+        tmp = Path(tempfile.mkdtemp(prefix="latency-bank-"))
+        args.bank = tmp / "bank"
+        say(f"making a bank in {args.bank}: {FAMILY} from {args.train_records} records, one epoch ...")
+        t0 = time.perf_counter()
+        run_python(f"import sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import latency; "
+                   f"latency.make_bank({str(args.bank)!r}, {args.train_records})")
+        say(f"  made in {time.perf_counter() - t0:.0f} s")
+    try:
+        requests = bank_requests(args.bank)
+        if "cold" not in skip:
+            report["cold"] = cold_start(args.bank, requests[0], args.threads)
+        report.update(warm(args, requests, skip))
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    say("")
+    for line in ratios(report):
+        say(line)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+
+
+# -- the bank and its requests ---------------------------------------------------------------------------
+def make_bank(path: str, records: int) -> None:
+    """A bank at ``path`` on the embedded base with :data:`FAMILY` learned from ``records`` records, one epoch."""
+    from skillbank.data.builtin import build_builtin_stream
+    from skillbank.memory.bank import SkillBank
+    from skillbank.model.base import load_base
+    from skillbank.train.executor import TrainConfig
+
+    stream = build_builtin_stream(seed=0, train_per_family=max(records, 8), test_per_family=4)
+    bank = SkillBank.create(path, base=load_base(progress=False))
+    bank.learn(FAMILY, stream.train[FAMILY][:records], TrainConfig.for_small_cpu(epochs=1),
+               skills=stream.catalog.family(FAMILY).skills, progress=False)
+
+
+def bank_requests(bank: Path) -> list[str]:
+    """Hand-written requests of the bank's families (paraphrase fixtures), in a fixed order."""
+    families = {s["name"] for s in json.loads((bank / "bank.json").read_text())["shards"]}
+    out = []
+    for name in ("paraphrase_builtin.jsonl", "paraphrase_builtin_holdout.jsonl", "paraphrase_builtin_short.jsonl"):
+        for line in (FIXTURES / name).read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("family") in families:
+                out.append(rec["request"])
+    if not out:
+        sys.exit(f"{bank}: none of its families {sorted(families)} has hand-written requests in {FIXTURES}")
+    return out
+
+
+# -- cold start -----------------------------------------------------------------------------------------
+def cold_start(bank: Path, request: str, threads: int | None) -> dict:
+    env = dict(os.environ)
+    t0 = time.perf_counter()
+    run_python("import skillbank.cli, skillbank.memory.bank", env=env)
+    python_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    run_python("pass", env=env)
+    bare_s = time.perf_counter() - t0
+    exe = Path(sys.executable).with_name("skillbank")
+    t0 = time.perf_counter()
+    proc = subprocess.run([str(exe), "plan", str(bank), request], capture_output=True, text=True, env=env)
+    plan_s = time.perf_counter() - t0
+    if proc.returncode:
+        sys.exit(f"skillbank plan failed: {proc.stderr[-2000:]}")
+    t0 = time.perf_counter()
+    off = subprocess.run([str(exe), "plan", str(bank), _offdomain()[0]], capture_output=True, text=True, env=env)
+    off_s = time.perf_counter() - t0
+    out = {"python_s": round(bare_s, 2), "import_s": round(python_s - bare_s, 2), "cli_plan_s": round(plan_s, 2),
+           "cli_out_of_scope_s": round(off_s, 2) if off.returncode == 0 else None}
+    say(f"cold: python {bare_s:.2f} s, import cli+bank +{python_s - bare_s:.2f} s; "
+        f"`skillbank plan BANK \"...\"` {plan_s:.2f} s wall; out-of-scope request {off_s:.2f} s")
+    return out
+
+
+def _offdomain() -> list[str]:
+    return [json.loads(line)["request"] for line in (FIXTURES / "offdomain.jsonl").read_text().splitlines()]
+
+
+# -- in this process ------------------------------------------------------------------------------------
+def warm(args, requests: list[str], skip: set) -> dict:
+    t0 = time.perf_counter()
+    import torch
+
+    from skillbank.memory.bank import SkillBank
+    import_s = time.perf_counter() - t0
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    if args.dtype == "float32":
+        bank = SkillBank.open(args.bank)
+    else:
+        from skillbank.model.base import BaseModelConfig
+        name = json.loads((args.bank / "bank.json").read_text())["base"]["name"]
+        bank = SkillBank.open(args.bank, base_config=BaseModelConfig(name=name, dtype=args.dtype))
+    open_s = time.perf_counter() - t0
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
+    cap = args.max_new_tokens
+    t0 = time.perf_counter()
+    first = bank.plan([requests[0]], batch_size=1, max_new_tokens=cap)[0]  # as `skillbank plan` does it
+    first_s = time.perf_counter() - t0
+    say(f"in process ({threads} threads, {args.dtype}): import {import_s:.2f} s, SkillBank.open {open_s:.2f} s, "
+        f"first plan {first_s:.2f} s ({first.n_tokens} tokens)")
+    out: dict = {"threads": threads, "import_s": round(import_s, 2), "open_s": round(open_s, 2),
+                 "first_plan_s": round(first_s, 2)}
+
+    batch1 = (requests * ((args.requests + len(requests) - 1) // len(requests)))[:args.requests]
+    counts: dict[str, int] = {}
+    for constrain in (True, False):
+        mode = "grammar" if constrain else "free"
+        times, tokens = [], []
+        c0 = time.process_time()
+        for r in batch1:
+            t0 = time.perf_counter()
+            p = bank.plan([r], batch_size=1, max_new_tokens=cap, scope=False, constrain=constrain)[0]
+            times.append(time.perf_counter() - t0)
+            tokens.append(p.n_tokens)
+            if constrain:
+                counts[r] = p.n_tokens
+        cpu = time.process_time() - c0
+        out[f"batch1_{mode}"] = row = {"p50_s": round(statistics.median(times), 3),
+                                        "p90_s": round(_quantile(times, 0.9), 3),
+                                        "tokens_mean": round(sum(tokens) / len(tokens), 1),
+                                        "tokens_per_s": round(sum(tokens) / sum(times), 1),
+                                        "tokens_per_cpu_s": round(sum(tokens) / cpu, 1)}
+        say(f"batch 1, {mode:7s}: p50 {row['p50_s']:.3f} s, p90 {row['p90_s']:.3f} s, "
+            f"{row['tokens_mean']:.1f} tokens/plan, {row['tokens_per_s']:.1f} tokens/s "
+            f"({row['tokens_per_cpu_s']:.1f} per CPU second)")
+
+    off = _offdomain()[:5]
+    if bank.scope is not None:
+        times = []
+        for r in off:
+            t0 = time.perf_counter()
+            p = bank.plan([r], batch_size=1, max_new_tokens=cap)[0]
+            times.append(time.perf_counter() - t0)
+        out["out_of_scope_p50_s"] = round(statistics.median(times), 3)
+        say(f"out of scope ({sum(1 for _ in off)} requests): p50 {out['out_of_scope_p50_s']:.3f} s")
+
+    # Three batches' worth of requests per size: finished rows are refilled, as a busy planner's would be.
+    batches = {size: (requests * ((3 * size + len(requests) - 1) // len(requests)))[:3 * size] for size in (8, 16)}
+    if "batch" not in skip:
+        for size, reqs in batches.items():
+            for constrain in (True, False):
+                mode = "grammar" if constrain else "free"
+                t0, c0 = time.perf_counter(), time.process_time()
+                plans = bank.plan(reqs, batch_size=size, max_new_tokens=cap, scope=False, constrain=constrain)
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+                n = sum(p.n_tokens for p in plans)
+                out[f"batch{size}_{mode}"] = {"requests": len(reqs), "seconds": round(wall, 2), "tokens": n,
+                                              "tokens_per_s": round(n / wall, 1), "tokens_per_cpu_s": round(n / cpu, 1)}
+                say(f"batch {size}, {mode:7s}: {len(reqs)} requests, {n} tokens in {wall:.2f} s, "
+                    f"{n / wall:.1f} tokens/s ({n / cpu:.1f} per CPU second)")
+                if constrain:
+                    for r, p in zip(reqs, plans):
+                        counts.setdefault(r, p.n_tokens)
+
+    out["token_counts"] = [counts[r] for r in dict.fromkeys(batch1)]
+    shard = bank.route(requests[:1])[0][0]
+    if "hf" not in skip or "llama" not in skip:
+        merged = merged_model(bank, shard)
+        entry = bank.execution.shards[shard]
+        from skillbank.model.prompts import prompt_ids
+        tok = bank.execution.base.tokenizer
+        prompts = [(prompt_ids(tok, r, entry.system_prompt), counts[r]) for r in batch1]
+        if "hf" not in skip:
+            rows = {size: [(prompt_ids(tok, r, entry.system_prompt), counts[r]) for r in reqs]
+                    for size, reqs in batches.items() if all(r in counts for r in reqs)}
+            for dtype in args.hf_dtypes.split(","):
+                out[f"hf_{dtype}"] = hf_reference(merged.to(getattr(torch, dtype)), tok, prompts, rows, dtype)
+            merged.to(torch.float32)
+        if "llama" not in skip:
+            out["llama_cpp"] = llama_reference(bank, prompts, threads)
+    return out
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+# -- references -----------------------------------------------------------------------------------------
+def merged_model(bank, shard: str):
+    """A second copy of the base with ``shard``'s LoRA merged into its weights: plain transformers, no PEFT."""
+    from peft import PeftModel
+
+    from skillbank.model.base import BaseModelConfig, load_base
+    fresh = load_base(BaseModelConfig(name=bank.manifest.base["name"]), progress=False)
+    model = PeftModel.from_pretrained(fresh.model, str(bank.execution.dirs[shard])).merge_and_unload()
+    return model.eval()
+
+
+def hf_reference(model, tokenizer, prompts: list[tuple[list[int], int]], batches: dict, dtype: str) -> dict:
+    """transformers' greedy ``generate`` of each prompt's token count: ``prompts`` one at a time, then each of
+    ``batches`` (size -> the rows [(prompt ids, token count)] the bank's own batch of that size wrote), left
+    padded, once with every row writing the batch's mean count and once to its longest row."""
+    import torch
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    def run(ids: list[list[int]], n: int) -> None:
+        width = max(len(i) for i in ids)
+        x = torch.tensor([[pad] * (width - len(i)) + i for i in ids])
+        mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids])
+        with torch.inference_mode():
+            model.generate(input_ids=x, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                           pad_token_id=pad)
+
+    run([prompts[0][0]], 4)  # warm-up
+    t0, c0 = time.perf_counter(), time.process_time()
+    for ids, n in prompts:
+        run([ids], n)
+    b1, cpu = time.perf_counter() - t0, time.process_time() - c0
+    n1 = sum(n for _, n in prompts)
+    out = {"batch1_tokens_per_s": round(n1 / b1, 1), "batch1_mean_s": round(b1 / len(prompts), 3),
+           "batch1_tokens_per_cpu_s": round(n1 / cpu, 1)}
+    if not batches:  # the bank's batches were skipped: rows from the batch-1 prompts
+        batches = {size: (prompts * ((size + len(prompts) - 1) // len(prompts)))[:size] for size in (8, 16)}
+    for size, rows in batches.items():
+        chunks = [rows[i:i + size] for i in range(0, len(rows), size)]
+        # uniform: every row writes its batch's mean count (the kernel's best case); same counts: a static batch
+        # runs until its longest row, and only each row's own tokens count (generate on these very requests)
+        for how in ("uniform", "same"):
+            tokens = 0
+            t0, c0 = time.perf_counter(), time.process_time()
+            for chunk in chunks:
+                counts = [c for _, c in chunk]
+                n = round(sum(counts) / len(chunk)) if how == "uniform" else max(counts)
+                run([ids for ids, _ in chunk], n)
+                tokens += len(chunk) * n if how == "uniform" else sum(counts)
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            key = f"batch{size}" + ("" if how == "uniform" else "_same_counts")
+            out[f"{key}_tokens_per_s"] = round(tokens / wall, 1)
+            out[f"{key}_tokens_per_cpu_s"] = round(tokens / cpu, 1)
+    say(f"transformers generate, {dtype}: batch 1 {out['batch1_tokens_per_s']:.1f} tokens/s "
+        f"({out['batch1_tokens_per_cpu_s']:.1f} per CPU s); rows of uniform length: batch 8 "
+        f"{out['batch8_tokens_per_s']:.1f} ({out['batch8_tokens_per_cpu_s']:.1f}), batch 16 "
+        f"{out['batch16_tokens_per_s']:.1f} ({out['batch16_tokens_per_cpu_s']:.1f}); the requests' own counts "
+        f"(a static batch runs to its longest row): batch 8 {out['batch8_same_counts_tokens_per_s']:.1f} "
+        f"({out['batch8_same_counts_tokens_per_cpu_s']:.1f}), batch 16 {out['batch16_same_counts_tokens_per_s']:.1f} "
+        f"({out['batch16_same_counts_tokens_per_cpu_s']:.1f})")
+    return out
+
+
+def llama_reference(bank, prompts: list[tuple[list[int], int]], threads: int) -> dict | None:
+    """llama.cpp on the base's GGUF (the embedded base only; the shard is not applied: the same shapes and
+    token counts, so the same work per token), greedy, one request at a time."""
+    try:
+        import llama_cpp
+    except ImportError:
+        say('llama.cpp reference: not installed (pip install llama-cpp-python, or pip install -e ".[bench]")')
+        return None
+    from skillbank.model.base import EMBEDDED, embedded_gguf_path
+    if bank.manifest.base["name"] != EMBEDDED:
+        say("llama.cpp reference: skipped (the bank's base is not the embedded GGUF)")
+        return None
+    llm = llama_cpp.Llama(model_path=str(embedded_gguf_path()), n_threads=threads, n_threads_batch=threads,
+                          n_ctx=1024, n_batch=512, verbose=False)
+
+    def run(ids: list[int], n: int) -> None:
+        llm.reset()
+        for k, _ in enumerate(llm.generate(ids, top_k=1, temp=0.0, reset=True)):
+            if k + 1 >= n:
+                break
+
+    run(prompts[0][0], 4)  # warm-up
+    t0, c0 = time.perf_counter(), time.process_time()
+    for ids, n in prompts:
+        run(ids, n)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    total = sum(n for _, n in prompts)
+    out = {"batch1_tokens_per_s": round(total / wall, 1), "batch1_mean_s": round(wall / len(prompts), 3),
+           "batch1_tokens_per_cpu_s": round(total / cpu, 1), "version": getattr(llama_cpp, "__version__", "?")}
+    say(f"llama.cpp {out['version']} ({threads} threads): batch 1 {out['batch1_tokens_per_s']:.1f} tokens/s "
+        f"({out['batch1_tokens_per_cpu_s']:.1f} per CPU s), {out['batch1_mean_s']:.3f} s per request")
+    return out
+
+
+def ratios(r: dict) -> list[str]:
+    """The issue's targets, as measured."""
+    lines = ["ratios (target in brackets):"]
+
+    def tps(key: str, field: str = "tokens_per_s") -> float | None:
+        return (r.get(key) or {}).get(field)
+
+    llama = tps("llama_cpp", "batch1_tokens_per_s")
+    hf = max(filter(None, [tps("hf_float32", "batch16_tokens_per_s"), tps("hf_bfloat16", "batch16_tokens_per_s")]),
+             default=None)
+    b1, b16, b16f = tps("batch1_grammar"), tps("batch16_grammar"), tps("batch16_free")
+    if llama and b1:
+        lines.append(f"  batch-1 plan time / llama.cpp's: {llama / b1:.2f}x  [<= 1.0x]")
+    if llama and b16:
+        lines.append(f"  batch-16 tokens/s / llama.cpp batch-1: {b16 / llama:.2f}x  [>= 1.5x]")
+    hf_same = max(filter(None, [tps("hf_float32", "batch16_same_counts_tokens_per_s"),
+                                tps("hf_bfloat16", "batch16_same_counts_tokens_per_s")]), default=None)
+    if hf and b16:
+        lines.append(f"  batch-16 tokens/s / transformers generate batch-16, rows of uniform length (best dtype): "
+                     f"{b16 / hf:.2f}x  [>= 1.0x]")
+    if hf_same and b16:
+        lines.append(f"  batch-16 tokens/s / transformers generate batch-16, the same token counts (best dtype): "
+                     f"{b16 / hf_same:.2f}x  [>= 1.0x]")
+    if b16 and b16f:
+        lines.append(f"  constrained / free, batch 16: {b16 / b16f:.2f}x  [>= 0.95x]")
+    if b1 and tps("batch1_free"):
+        lines.append(f"  constrained / free, batch 1: {b1 / tps('batch1_free'):.2f}x")
+    if r.get("cold"):
+        lines.append(f"  cold `skillbank plan`: {r['cold']['cli_plan_s']:.2f} s  [<= 3 s]")
+        if r["cold"].get("cli_out_of_scope_s") is not None:
+            lines.append(f"  cold out-of-scope `skillbank plan`: {r['cold']['cli_out_of_scope_s']:.2f} s  [<= 1 s]")
+    if r.get("out_of_scope_p50_s") is not None:
+        lines.append(f"  out-of-scope plan, warm: {r['out_of_scope_p50_s']:.3f} s  [<= 1 s]")
+    return lines
+
+
+# -- helpers --------------------------------------------------------------------------------------------
+def machine_state() -> str:
+    load = os.getloadavg()
+    return f"{os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+
+
+def run_python(code: str, env: dict | None = None) -> None:
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    if proc.returncode:
+        sys.exit(f"a child python failed:\n{proc.stderr[-3000:]}")
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+if __name__ == "__main__":
+    main()

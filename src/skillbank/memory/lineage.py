@@ -1,0 +1,155 @@
+"""Where a new executor starts, and which shards descend from which.
+
+A new shard starts either from a fresh LoRA or from the weights of a shard the bank already holds (its LoRA A
+and B tensors copied, then trained on the new family's requests only). The manifest records the starting point
+of every shard (``ShardEntry.lineage``)::
+
+    {"init": "fresh"}
+    {"init": "shard", "from": "t1_daily_life", "digest": "sha256:...", "by": "previous"}
+
+``digest`` is the start shard's ``adapter_model.safetensors`` digest at the time, so the start stays identified
+after a relearn replaces it or an import renames it; ``by`` says which rule chose it. A shard started from
+another carries some of that family's knowledge in its weights: forgetting a family exactly means forgetting
+its descendants too (``descendants``). Manifests written before lineage existed read as fresh.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from skillbank.errors import BankError
+from skillbank.memory.shard_files import shard_file_problems
+
+WEIGHTS = "adapter_model.safetensors"
+INIT_CHOICES = ("fresh", "previous", "nearest", "shard:NAME")
+FRESH = {"init": "fresh"}
+
+
+def fresh() -> dict:
+    return dict(FRESH)
+
+
+def parse_init(init: str) -> tuple[str, str | None]:
+    """``init`` as (rule, shard name): ("fresh", None), ("previous", None), ("nearest", None) or ("shard", NAME)."""
+    if isinstance(init, str) and init in ("fresh", "previous", "nearest"):
+        return init, None
+    if isinstance(init, str) and init.startswith("shard:") and init[len("shard:"):]:
+        return "shard", init[len("shard:"):]
+    raise BankError(f"init must be one of {', '.join(INIT_CHOICES)}, got {init!r}")
+
+
+def start_name(entry) -> str | None:
+    """The shard ``entry`` started from (None: a fresh LoRA)."""
+    lineage = getattr(entry, "lineage", None) or FRESH
+    return lineage.get("from") if lineage.get("init") == "shard" else None
+
+
+def descendants(shards: Sequence, family: str) -> list[str]:
+    """Every shard that started from ``family``'s weights, directly or through another descendant, in the
+    manifest's order (``family`` itself excluded, even where a relearn made a cycle)."""
+    found: set[str] = set()
+    frontier = {family}
+    while frontier:
+        new = {e.name for e in shards if start_name(e) in frontier and e.name not in found and e.name != family}
+        found |= new
+        frontier = new
+    return [e.name for e in shards if e.name in found]
+
+
+def weights_digest(entry) -> str:
+    return (getattr(entry, "digests", None) or {}).get(WEIGHTS, "")
+
+
+def lineage_of(entry, shards: Sequence) -> dict:
+    """What ``skillbank info`` shows of one shard's starting point: its record, plus ``start_current`` - whether
+    the named start is still in the bank with the weights it had (False after a relearn kept it as it was)."""
+    lineage = dict(getattr(entry, "lineage", None) or FRESH)
+    name = start_name(entry)
+    if name is not None:
+        start = next((e for e in shards if e.name == name), None)
+        lineage["start_current"] = start is not None and weights_digest(start) == lineage.get("digest")
+    return lineage
+
+
+def check_start(name: str, directory: Path, entry, cfg, base_name: str) -> None:
+    """Refuse, before any training, a start shard whose files are missing or modified, whose weights cannot be
+    read, whose adapter names another base model, or whose LoRA has another shape (rank, target modules, layers)
+    than the recipe ``cfg`` of the shard to train."""
+    from skillbank.memory.execution import peft_base_name
+    what = f"cannot start from shard {name!r}"
+    problems = shard_file_problems(name, directory, getattr(entry, "digests", None) or {})
+    if problems:
+        raise BankError(f"{what}: {problems[0]}")
+    try:
+        config = json.loads((directory / "adapter_config.json").read_text())
+        from safetensors.torch import load_file
+        load_file(str(directory / WEIGHTS))
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is this one error, naming the shard
+        raise BankError(f"{what}: its adapter in {directory} is unreadable ({exc.__class__.__name__}: {exc})") from None
+    theirs = config.get("base_model_name_or_path")
+    if theirs not in (peft_base_name(base_name), base_name):
+        raise BankError(f"{what}: its adapter was trained on base model {theirs!r}, this bank's base is {base_name!r}")
+    mine = {"rank": cfg.rank, "target modules": sorted(cfg.target_modules),
+            "layers": sorted(cfg.layers_to_transform) if cfg.layers_to_transform else None}
+    layers = config.get("layers_to_transform")
+    start = {"rank": config.get("r"), "target modules": sorted(config.get("target_modules") or []),
+             "layers": sorted([layers] if isinstance(layers, int) else layers) if layers else None}
+    differ = [k for k in mine if mine[k] != start[k]]
+    if differ:
+        raise BankError(f"{what}: its LoRA has another shape than the new shard's recipe ("
+                        + "; ".join(f"{k} {start[k]} there, {mine[k]} here" for k in differ)
+                        + "); its weights cannot be copied")
+
+
+def resolve_start(bank, family: str, init: str, requests: Sequence[str], cfg, *, replacing: bool = False,
+                  exclude: Sequence[str] = ()) -> tuple[str | None, dict]:
+    """Where ``family``'s new executor starts in ``bank``: (the start shard's name or None, its lineage record).
+
+    fresh: a new LoRA. previous: the last shard in the manifest's order (the most recently added family).
+    nearest: the shard whose family the Address Memory routes most of ``requests`` (the new family's own
+    training requests; ties go to the larger summed probability, then the earlier shard) to - no other
+    family's requests are needed. shard:NAME: that shard. previous and nearest in a bank with no other shard
+    start fresh. replacing: ``family`` is being relearned, so its own current shard is no candidate. The start
+    is checked (:func:`check_start`) here, before anything is trained. exclude: shards forgotten in the same
+    publish (no candidates either)."""
+    rule, name = parse_init(init)
+    candidates = [e for e in bank.manifest.shards
+                  if not (replacing and e.name == family) and e.name not in exclude]
+    if rule == "fresh" or (rule in ("previous", "nearest") and not candidates):
+        return None, fresh()
+    extra: dict = {}
+    if rule == "shard":
+        if name == family:
+            raise BankError(f"{family!r} cannot start from its own shard; name another (init='shard:NAME'), "
+                            "or start fresh")
+        if name in exclude:
+            raise BankError(f"cannot start from shard {name!r}: it descends from {family!r} and is forgotten "
+                            "with its old version")
+        if name not in {e.name for e in candidates}:
+            raise BankError(f"cannot start from shard {name!r}: the bank has no such shard; it has "
+                            f"{[e.name for e in candidates]}")
+    elif rule == "previous":
+        name = candidates[-1].name
+    else:
+        name, extra = _nearest(bank, requests, [e.name for e in candidates])
+    entry = next(e for e in candidates if e.name == name)
+    check_start(name, bank.root / entry.dir, entry, cfg, bank.manifest.base["name"])
+    return name, {"init": "shard", "from": name, "digest": weights_digest(entry),
+                  "by": "name" if rule == "shard" else rule, **extra}
+
+
+def _nearest(bank, requests: Sequence[str], candidates: list[str]) -> tuple[str, dict]:
+    import numpy as np
+    address, _ = bank._address_copy()
+    for other in [c for c in address.classes_ if c not in candidates]:
+        address.forget(other)  # route as the bank would without the version replaced and what goes with it
+    classes = list(address.classes_)
+    cols = [classes.index(c) for c in candidates if c in classes]
+    if not cols:
+        raise BankError(f"cannot choose the nearest shard: the Address Memory knows none of {candidates}")
+    proba = np.asarray(address.predict_proba(list(requests)))[:, cols]  # [n requests, candidates]
+    votes = np.bincount(np.argmax(proba, axis=1), minlength=len(cols))
+    mass = proba.sum(axis=0)
+    best = max(range(len(cols)), key=lambda j: (votes[j], mass[j], -j))
+    return classes[cols[best]], {"share": round(float(votes[best]) / len(requests), 4)}
