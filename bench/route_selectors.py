@@ -17,6 +17,7 @@ import random
 import sys
 import time
 
+from skillbank.experiments.routing import fit_stages
 from skillbank.memory.address import make_selector
 
 TEXT = (("hashing-nb", "FSM Address (hashing+NB)"), ("tfidf-logreg", "offline TF-IDF+LR"),
@@ -67,9 +68,7 @@ def main() -> None:
 
     rates = {}
     for kind, label, ctx, n, repeats in kinds:
-        sel = make_selector(kind, **ctx)
-        for key in stream.family_keys:  # stage by stage, as in the continual stream
-            sel.partial_fit([r.request for r in stream.train[key]], key)
+        sel = fit_stages(make_selector(kind, **ctx), stream, stream.family_keys)  # stage by stage, as in the stream
         sel.predict(batch[:2])  # warm-up (loads encoders, first kernels)
         if kind == "self-route":  # its output cache would otherwise answer the measured requests from memory
             sel.clear_outputs()

@@ -29,8 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from skillbank.data.builtin import build_builtin_stream
+from skillbank.experiments.routing import fit_stages
+from skillbank.experiments.scope import detector_for_stream
 from skillbank.memory.address import HashingNBAddress
-from skillbank.report.scope import detector_for_stream
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 DEV_IN = ["paraphrase_builtin", "paraphrase_builtin_holdout", "paraphrase_builtin_short"]
@@ -63,9 +64,7 @@ def run_split(k: int, readers: list[str], out: Path | None) -> dict:
     offs = {n: rows(n) for n in DEV_OFF + TEST_OFF}
     held = [(r.request, key) for key in stream.family_keys for r in stream.test[key]]
 
-    router = HashingNBAddress()
-    for key in stream.family_keys:
-        router.partial_fit([r.request for r in stream.train[key]], key)
+    router = fit_stages(HashingNBAddress(), stream, stream.family_keys)
     routed_held = np.mean([p == key for p, (_, key) in zip(router.predict([r for r, _ in held]), held)])
     hand = [(r["request"], family_of(r, skill_family)) for n in DEV_IN + TEST_IN for r in ins[n]]
     hand = [(q, f) for q, f in hand if f is not None]

@@ -15,7 +15,7 @@ import time
 
 from skillbank.data.builtin import build_builtin_stream
 from skillbank.data.stream import Stream
-from skillbank.report.scope import detector_for_stream
+from skillbank.experiments.scope import detector_for_stream
 
 
 def best_seconds(fn, repeats: int) -> float:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from skillbank.data.builtin import build_builtin_stream
 from skillbank.data.records import read_records
-from skillbank.report.decoding import copy_coverage
+from skillbank.experiments.decoding import copy_coverage
 
 
 def main() -> None:

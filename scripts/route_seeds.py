@@ -13,6 +13,7 @@ import argparse
 import statistics
 
 from skillbank.data.builtin import build_builtin_stream
+from skillbank.experiments.routing import fit_stages
 from skillbank.memory.address import make_selector
 from skillbank.metrics import route_accuracy
 
@@ -35,9 +36,7 @@ def main() -> None:
                                       test_per_family=args.test_per_family)
         held_out = [r for k in stream.family_keys for r in stream.test[k]]
         for kind in args.routers:
-            router = make_selector(kind)
-            for family in stream.order(args.order):
-                router.partial_fit([r.request for r in stream.train[family]], family)
+            router = fit_stages(make_selector(kind), stream, stream.order(args.order))
             routed = router.predict([r.request for r in held_out])
             scores[kind].append(100 * route_accuracy([r.family for r in held_out], routed))
         print(f"{seed:4d} " + " ".join(f"{scores[k][-1]:14.2f}" for k in args.routers), flush=True)

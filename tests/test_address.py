@@ -181,7 +181,8 @@ def test_selector_modules_import_without_a_cycle():
 
 def test_route_scale_report(tmp_path, small_stream):
     from skillbank.data.records import Record
-    from skillbank.report.routing_scale import checkpoints, label_records, render_markdown, route_scale, write
+    from skillbank.experiments.route_scale import checkpoints, label_records, route_scale, write
+    from skillbank.report.route_scale import render_markdown
     assert checkpoints(5) == [1, 2, 3, 4, 5]
     assert checkpoints(1000) == [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
     keys = small_stream.family_keys

@@ -176,7 +176,7 @@ def test_plan_refuses_what_no_family_covers(tmp_path, base, small_stream):
     e = first.to_dict()["explain"]
     assert e["scope_margin"] == first.confidence["scope_margin"] and e["top_families"][0]["family"] == first.shard
     assert e["counted_words"] and all({"word", "score"} <= set(w) for w in e["counted_words"])
-    assert "explain" not in plans[0].to_dict()  # a plan without it serialises as before
+    assert plans[0].to_dict()["explain"] is None  # asked for, or null
     # a request that is all payload, another script, or very long: a verdict with a reason, never an exception
     odd = ["\"only a quoted passage here\"", "https://example.com/only/a/link", "今日の東京の天気を教えて",
            " ".join(["lorem"] * 10_000)]
@@ -220,7 +220,7 @@ def test_lifecycle_through_the_cli(tmp_path, base, small_stream):
     r = invoke("info", tmp_path / "bank", "--verify")
     text = " ".join(r.output.split())  # rich wraps long lines
     assert r.exit_code == 0 and "every file matches its digest" in text and "out-of-scope detection on" in text
-    r = invoke("export-family", tmp_path / "bank", k2, "--out", tmp_path / "k2")
+    r = invoke("export", "family", tmp_path / "bank", k2, "--out", tmp_path / "k2")
     assert r.exit_code == 0, r.output
     # forget asks first; "n" keeps everything
     r = invoke("forget", tmp_path / "bank", k2, input="n\n")
@@ -229,10 +229,10 @@ def test_lifecycle_through_the_cli(tmp_path, base, small_stream):
     assert r.exit_code == 0 and SkillBank.open_offline(tmp_path / "bank").shard_names == [k1]
     r = invoke("forget", tmp_path / "bank", "nope", "--yes")
     assert r.exit_code == 2 and "no family 'nope'" in r.output
-    r = invoke("import-family", tmp_path / "bank", tmp_path / "k2", "--name", "speech_again")
+    r = invoke("import", tmp_path / "bank", tmp_path / "k2", "--name", "speech_again")
     assert r.exit_code == 0, r.output
     assert SkillBank.open_offline(tmp_path / "bank").shard_names == [k1, "speech_again"]
-    r = invoke("import-family", tmp_path / "bank", tmp_path / "nowhere")
+    r = invoke("import", tmp_path / "bank", tmp_path / "nowhere")
     assert r.exit_code == 2 and "not a family export" in r.output
     # a corrupted shard: info --verify names it and exits 1
     entry = SkillBank.open_offline(tmp_path / "bank")._entry(k1)
@@ -246,7 +246,7 @@ def test_lifecycle_through_the_cli(tmp_path, base, small_stream):
 
 
 def test_scope_eval_without_a_bank_measures_the_detector_a_bank_would_hold(tmp_path, base, small_stream):
-    from skillbank.report.scope import detector_for_stream
+    from skillbank.experiments.scope import detector_for_stream
 
     bank = SkillBank.create(tmp_path / "bank", base=base)
     for k in small_stream.family_keys:

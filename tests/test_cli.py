@@ -20,10 +20,10 @@ def stream_dir(tmp_path, small_stream):
 
 
 def test_stream_build_and_info(tmp_path):
-    r = invoke("stream", "build", "--out", tmp_path / "s", "--train-per-family", 20, "--test-per-family", 5)
+    r = invoke("exp", "stream", "build", "--out", tmp_path / "s", "--train-per-family", 20, "--test-per-family", 5)
     assert r.exit_code == 0, r.output
     assert (tmp_path / "s" / "train" / "t1_daily_life.jsonl").is_file()
-    r = invoke("stream", "info", tmp_path / "s")
+    r = invoke("exp", "stream", "info", tmp_path / "s")
     assert r.exit_code == 0 and "t5_generation_editing" in r.output
 
 
@@ -55,7 +55,7 @@ def test_score_bad_input_is_one_line(tmp_path, small_stream):
 
 
 def test_route_eval(stream_dir):
-    r = invoke("route-eval", "--stream", stream_dir, "--order", "O1", "--order", "O2", "--json")
+    r = invoke("exp", "route-eval", "--stream", stream_dir, "--order", "O1", "--order", "O2", "--json")
     assert r.exit_code == 0, r.output
     results = json.loads(r.stdout)
     assert [x["order_name"] for x in results] == ["O1", "O2"]
@@ -64,7 +64,7 @@ def test_route_eval(stream_dir):
         rows = x["selectors"]["address (hashing+NB)"]
         assert len(rows) == 5 and rows[0]["micro"] == 1.0  # one family learned: nothing to confuse
         assert set(rows[-1]["per_family"]) == set(x["order"])
-    r = invoke("route-eval", "--stream", stream_dir / "nope")
+    r = invoke("exp", "route-eval", "--stream", stream_dir / "nope")
     assert r.exit_code == 2 and "not a stream directory" in r.output
 
 
@@ -124,6 +124,57 @@ def test_help_texts_keep_their_bracketed_words():
     for where, text in texts(typer.main.get_command(app), "skillbank"):
         for word in re.findall(r"(?<!\\)\[[a-z_./]+\]", text):
             assert word in render(text).plain, f"{where}: {word} vanishes from the rendered help (escape it: \\{word})"
+
+
+# -- issue 37: a CLI of the bank's verbs, the lab under `exp`, old names as hidden aliases ------------------
+def test_top_level_lists_the_banks_verbs_and_one_exp_group():
+    import typer.main
+    root = typer.main.get_command(app)
+    shown = [name for name, c in root.commands.items() if not c.hidden]
+    assert len(shown) <= 16, shown
+    assert {"create", "learn", "validate", "plan", "info", "skills", "forget", "relearn", "export", "import",
+            "serve", "score", "demo", "exp"} <= set(shown)
+    assert set(root.commands["exp"].commands) >= {"run", "sweep", "report", "progress", "selectors", "route-scale",
+                                                  "route-eval", "decoding", "diagnose", "reactivate", "scope", "stream"}
+    assert set(root.commands["export"].commands) == {"family", "vllm"}
+    help_text = invoke("--help").output
+    for old in ("route-scale", "decoding-eval", "export-family", "import-family", "selectors", "reactivate"):
+        assert old not in help_text
+
+
+@pytest.mark.parametrize("old, new", [
+    (["route-eval", "--stream", "DIR"], "skillbank exp route-eval"),
+    (["route-scale", "--stream", "DIR", "--out", "DIR"], "skillbank exp route-scale"),
+    (["selectors", "--bank", "DIR", "--stream", "DIR", "--out", "DIR"], "skillbank exp selectors"), (["decoding-eval", "BANK", "--out", "DIR"], "skillbank exp decoding"),
+    (["export-family", "BANK", "F", "--out", "DIR"], "skillbank export family"), (["import-family", "BANK", "DIR"], "skillbank import"),
+    (["run", "--config", "DIR"], "skillbank exp run"), (["progress", "DIR"], "skillbank exp progress"), (["report", "DIR"], "skillbank exp report"),
+    (["reactivate", "DIR"], "skillbank exp reactivate"), (["diagnose", "--config", "DIR"], "skillbank exp diagnose"),
+    (["sweep"], "skillbank exp sweep"), (["stream", "info", "DIR"], "skillbank exp stream info"),
+    (["scope", "eval", "--offdomain", "DIR", "--out", "DIR"], "skillbank exp scope")])
+def test_old_command_names_still_work_with_one_deprecation_line(tmp_path, old, new):
+    args = [str(tmp_path / "missing") if a in ("BANK", "DIR") else a for a in old]
+    r = runner.invoke(app, args)
+    assert r.exit_code in (0, 1, 2), r.output
+    warnings = [line for line in r.stderr.splitlines() if "deprecated" in line]
+    assert len(warnings) == 1 and f"use `{new}`" in warnings[0], r.stderr
+
+
+def test_an_old_name_runs_the_same_command(stream_dir):
+    new = runner.invoke(app, ["exp", "route-eval", "--stream", str(stream_dir), "--json"])
+    old = runner.invoke(app, ["route-eval", "--stream", str(stream_dir), "--json"])
+    assert new.exit_code == old.exit_code == 0
+    assert json.loads(old.stdout)[0]["order"] == json.loads(new.stdout)[0]["order"]
+    assert "deprecated" not in new.stderr and "skillbank exp route-eval" in old.stderr
+
+
+def test_library_errors_stay_one_line_under_the_new_and_the_old_names(tmp_path):
+    for args in (["exp", "stream", "info", tmp_path / "nope"], ["stream", "info", tmp_path / "nope"],
+                 ["export", "family", tmp_path / "nobank", "f", "--out", tmp_path / "o"],
+                 ["export-family", tmp_path / "nobank", "f", "--out", tmp_path / "o"]):
+        r = runner.invoke(app, [str(a) for a in args])
+        assert r.exit_code == 2, r.output
+        errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "Traceback" not in r.output, r.output
 
 
 # -- issue 15 item 7: plan --file forms, a quiet plan, score on the runner's predictions, shard base names ----

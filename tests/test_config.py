@@ -59,7 +59,7 @@ def test_compare_config_runs_every_registered_method():
     """Every registered method is in the comparison, except stacked: progressive-routed trains the very same
     adapters and evaluates the stacked (summed, unrouted) reading as one of its variants."""
     from pathlib import Path
-    from skillbank.continual.methods.registry import method_names
+    from skillbank.method_registry import method_names
     cfg = RunConfig.from_toml(Path(__file__).resolve().parents[1] / "configs" / "compare.toml")
     assert cfg.methods == [m for m in method_names() if m != "stacked"]
     assert cfg.method_params_for("lwf").t_squared is False

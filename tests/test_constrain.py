@@ -352,7 +352,7 @@ def test_decoding_eval_measures_both_modes_on_the_same_requests(tmp_path, tiny_m
     from serve_helpers import build_bank
 
     from skillbank.memory.bank import SkillBank
-    from skillbank.report.decoding import evaluate_decoding, write
+    from skillbank.experiments.decoding import evaluate_decoding, write
     k1, k2 = small_stream.family_keys[:2]
     root = build_bank(tmp_path / "bank", tiny_model_dir, small_stream, [k1, k2])
     bank = SkillBank.open(root, base=load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False))
@@ -367,4 +367,4 @@ def test_decoding_eval_measures_both_modes_on_the_same_requests(tmp_path, tiny_m
     assert len(result["predictions"]) == 2 * len(records)
     write(result, tmp_path / "out")
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"decoding.json", "decoding.md", "decoding.png",
-                                                              "predictions.jsonl"}
+                                                              "predictions.jsonl", "provenance.json"}

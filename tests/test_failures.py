@@ -5,7 +5,7 @@ import json
 import pytest
 
 from skillbank.config import RunConfig
-from skillbank.continual.run_dir import build_run_stream
+from skillbank.run_dir import build_run_stream
 from skillbank.errors import SkillbankError
 from skillbank.graph import TaskGraph
 from skillbank.model.serialization import encode

@@ -47,13 +47,13 @@ def records(stream):
 
 # -- K = 5 is today's stream ------------------------------------------------------------------------
 def test_default_build_is_byte_identical_to_before(tmp_path):
-    res = cli("stream", "build", "--out", tmp_path / "default")
+    res = cli("exp", "stream", "build", "--out", tmp_path / "default")
     assert res.exit_code == 0, res.output
     assert tree_digest(tmp_path / "default") == DEFAULT_DIGEST
 
 
 def test_families_5_is_the_same_stream(tmp_path):
-    res = cli("stream", "build", "--out", tmp_path / "cli", "--families", 5, "--seed", 3,
+    res = cli("exp", "stream", "build", "--out", tmp_path / "cli", "--families", 5, "--seed", 3,
               "--train-per-family", 20, "--test-per-family", 5)
     assert res.exit_code == 0, res.output
     assert tree_digest(tmp_path / "cli") == SMALL_DIGEST
@@ -203,7 +203,7 @@ def test_synthetic_is_deterministic_by_seed(tmp_path):
 
 
 def test_synthetic_cli(tmp_path):
-    res = cli("stream", "build", "--source", "synthetic", "--families", 60, "--train-per-family", 2,
+    res = cli("exp", "stream", "build", "--source", "synthetic", "--families", 60, "--train-per-family", 2,
               "--test-per-family", 1, "--out", tmp_path / "syn")
     assert res.exit_code == 0, res.output
     stream = Stream.load(tmp_path / "syn")
@@ -298,7 +298,7 @@ def test_cli_bad_input_writes_nothing(tmp_path):
                           (("--source", "synthetic", "--families", 5000), "1..1050"),
                           (("--source", "taskbench", "--families", 10), "apply to --source builtin or synthetic")]:
         out = tmp_path / "never"
-        res = cli("stream", "build", "--out", out, *args)
+        res = cli("exp", "stream", "build", "--out", out, *args)
         assert res.exit_code == 2, (args, res.output)
         # rich draws usage errors in a box: compare the words only
         assert message in " ".join(res.output.replace("│", " ").split()), (args, res.output)

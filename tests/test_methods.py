@@ -257,7 +257,7 @@ def test_progressive_routed_answers_family_j_with_adapters_1_to_j(base, small_st
 
 def test_the_old_progressive_name_is_the_stacked_method_under_that_name():
     from skillbank.continual.methods import method_class
-    from skillbank.continual.methods.registry import deprecation
+    from skillbank.method_registry import deprecation
     old = method_class("progressive")
     assert "progressive" not in METHODS and issubclass(old, METHODS["stacked"]) and old.name == "progressive"
     assert "summed, unrouted" in old.title and "progressive-routed" in deprecation("progressive")
@@ -348,7 +348,7 @@ def test_fsm_second_order_generates_with_shards_of_the_first(tiny_model_dir, sma
 # -- the registry -----------------------------------------------------------------------------------------------
 def test_every_registered_name_resolves_to_its_class():
     from skillbank.continual.methods import UnknownMethodError, method_class
-    from skillbank.continual.methods.registry import METHOD_PATHS, method_names
+    from skillbank.method_registry import METHOD_PATHS, method_names
     assert list(METHODS) == list(METHOD_PATHS) == method_names()
     assert method_names(deprecated=True)[-1] == "progressive"
     for name, cls in METHODS.items():

@@ -67,12 +67,12 @@ def test_nothing_measured_yet_is_not_estimated(tmp_path, run_dir):
 
 
 def test_the_command_and_bad_directories(run_dir, tmp_path):
-    res = CliRunner().invoke(app, ["progress", str(run_dir), "--jobs", "2"])
+    res = CliRunner().invoke(app, ["exp", "progress", str(run_dir), "--jobs", "2"])
     assert res.exit_code == 0, res.output
     assert "0/2 method-orders finished" in res.output and "2/3" in res.output
     assert "remaining about 2 min of process time, 1 min at 2 processes" in " ".join(res.output.split())
     with pytest.raises(SkillbankError, match="not a run directory"):
         run_progress(tmp_path / "nothing")
     (run_dir / "methods" / "sft" / "O1" / "stage-01" / "eval.json").write_text("{torn")
-    bad = CliRunner().invoke(app, ["progress", str(run_dir)])
+    bad = CliRunner().invoke(app, ["exp", "progress", str(run_dir)])
     assert bad.exit_code == 2 and "stage-01/eval.json: not valid JSON" in bad.output

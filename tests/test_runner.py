@@ -7,7 +7,7 @@ import pytest
 from skillbank.config import ConfigError, RunConfig
 from skillbank.continual import runner as runner_mod
 from skillbank.continual.methods import METHODS
-from skillbank.continual.run_dir import build_run_stream, load_run
+from skillbank.run_dir import build_run_stream, load_run
 from skillbank.continual.runner import run
 from skillbank.metrics import AccuracyMatrix
 from skillbank.report.run_report import busy_seconds
@@ -192,11 +192,11 @@ def test_report_command_over_two_runs(tmp_path, tiny_model_dir):
     # the deprecated name still runs (and a run saved under it reports) as what it always ran
     run(tiny_config(tiny_model_dir, ["progressive"], name="second"), tmp_path / "b", progress=False)
     assert (tmp_path / "b" / "methods" / "progressive" / ORDER / "stage-03" / "eval.json").is_file()
-    res = CliRunner().invoke(app, ["report", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "rep")])
+    res = CliRunner().invoke(app, ["exp", "report", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "rep")])
     assert res.exit_code == 0, res.output
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "Sequential SFT [first]" in md and "Stacked-LoRA (summed, unrouted; run as 'progressive') [second]" in md
-    bad = CliRunner().invoke(app, ["report", str(tmp_path)])
+    bad = CliRunner().invoke(app, ["exp", "report", str(tmp_path)])
     assert bad.exit_code == 2 and "no run.json" in bad.output
 
 
@@ -338,7 +338,7 @@ def test_reactivate_probes_final_checkpoints_with_the_correct_address(tmp_path, 
         run(tiny_config(tiny_model_dir, ["ewc"]), out, progress=False)
     cached = (out / "methods" / "lwf" / "outputs.jsonl").read_text().count("\n")
 
-    res = CliRunner().invoke(app, ["reactivate", str(out)])  # the paper's three: lwf, ewc, olora
+    res = CliRunner().invoke(app, ["exp", "reactivate", str(out)])  # the paper's three: lwf, ewc, olora
     assert res.exit_code == 0, res.output
     assert f"lwf {ORDER}: probed" in res.output and f"olora {ORDER}: probed" in res.output
     assert f"ewc {ORDER}: not finished: skipped" in res.output
@@ -352,11 +352,11 @@ def test_reactivate_probes_final_checkpoints_with_the_correct_address(tmp_path, 
     md = (out / "report.md").read_text()
     assert "| LwF |" in md and "↳ w/ correct skill address (diagnostic)" in md
 
-    again = CliRunner().invoke(app, ["reactivate", str(out), "--method", "lwf", "--no-report"])
+    again = CliRunner().invoke(app, ["exp", "reactivate", str(out), "--method", "lwf", "--no-report"])
     assert f"lwf {ORDER}: already probed" in again.output
-    refused = CliRunner().invoke(app, ["reactivate", str(out), "--method", "base-skill"])
+    refused = CliRunner().invoke(app, ["exp", "reactivate", str(out), "--method", "base-skill"])
     assert refused.exit_code != 0 and "trains nothing" in refused.output
-    nowhere = CliRunner().invoke(app, ["reactivate", str(tmp_path / "nothing")])
+    nowhere = CliRunner().invoke(app, ["exp", "reactivate", str(tmp_path / "nothing")])
     assert nowhere.exit_code != 0 and "not a run directory" in nowhere.output
 
     rec = build_run_stream(tiny_config(tiny_model_dir, ["lwf"])).test["t1_daily_life"][0]
@@ -462,7 +462,7 @@ def test_run_one_method_of_a_config_that_tunes_several(tmp_path, monkeypatch):
         raise Started
 
     monkeypatch.setattr(runner_mod, "run", fake_run)
-    r = CliRunner().invoke(app, ["run", "--config", str(compare), "--out", str(tmp_path / "c"), "--method", "lwf",
+    r = CliRunner().invoke(app, ["exp", "run", "--config", str(compare), "--out", str(tmp_path / "c"), "--method", "lwf",
                                  "--order", "O2", "--no-report", "--threads", "1"])
     assert isinstance(r.exception, Started), r.output
     (cfg,) = started
@@ -472,7 +472,7 @@ def test_run_one_method_of_a_config_that_tunes_several(tmp_path, monkeypatch):
 
     bad = tmp_path / "bad.toml"
     bad.write_text('methods = ["sft"]\n[method_train.lwf]\nlr = 1e-3\n')
-    r = CliRunner().invoke(app, ["run", "--config", str(bad), "--out", str(tmp_path / "b")])
+    r = CliRunner().invoke(app, ["exp", "run", "--config", str(bad), "--out", str(tmp_path / "b")])
     assert r.exit_code == 2 and "[method_train] names method(s) ['lwf']" in " ".join(r.output.split())
 
 

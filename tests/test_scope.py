@@ -209,7 +209,8 @@ def test_statistics_from_other_encoder_weights_are_refused(tmp_path):
 
 
 def test_scope_report_names_the_refused_in_domain_and_accepted_off_domain_requests():
-    from skillbank.report.scope import evaluate_scope, render_markdown
+    from skillbank.experiments.scope import evaluate_scope
+    from skillbank.report.scope import render_markdown
 
     det = fitted()
     inside = ["skip to the next song", "who wrote Hamlet", "how long is the drive to Bern"]

@@ -213,8 +213,8 @@ def test_bad_input_is_named():
 
 # -- evaluation over prefixes -------------------------------------------------------------------------
 def test_evaluate_every_selector_over_prefixes_and_resume(tmp_path, tiny_bank, small_stream):
-    from skillbank.continual.selectors import ALL_SELECTORS, evaluate_selectors
-    from skillbank.report.selectors_report import selectors_markdown
+    from skillbank.experiments.selectors import ALL_SELECTORS, evaluate_selectors
+    from skillbank.report.selectors import selectors_markdown
     out = tmp_path / "sel"
     rec = evaluate_selectors(tiny_bank, small_stream, ["O1", "O2"], ALL_SELECTORS, out_dir=out, batch_size=8,
                              max_new_tokens=4, test_per_family=2)
@@ -266,9 +266,9 @@ def test_selectors_on_requests_from_other_files(tmp_path, tiny_bank, small_strea
     """Hand-written records are routed by each selector after the last stage and scored by the shard each
     selector picked: with a stand-in scorer that is exact only on the record's own family's shard, a
     selector's EM on the set must equal its route accuracy, and the Oracle's must be 1."""
-    import skillbank.continual.selectors as sel_mod
+    import skillbank.experiments.selectors as sel_mod
     from skillbank.data.records import Record, read_records
-    from skillbank.report.selectors_report import selectors_markdown
+    from skillbank.report.selectors import selectors_markdown
 
     fixture = Path(__file__).parent / "fixtures" / "paraphrase_builtin_short.jsonl"
     hand = read_records(fixture, small_stream.catalog).records
@@ -306,26 +306,26 @@ def test_cli_selectors_and_route_eval(tmp_path, tiny_bank, small_stream):
     from skillbank.cli import app
     small_stream.save(tmp_path / "stream")
     runner = CliRunner()
-    res = runner.invoke(app, ["selectors", "--bank", str(tiny_bank.root), "--stream", str(tmp_path / "stream"),
+    res = runner.invoke(app, ["exp", "selectors", "--bank", str(tiny_bank.root), "--stream", str(tmp_path / "stream"),
                               "--out", str(tmp_path / "o"), "--selectors", "hashing-nb", "--selectors", "oracle",
                               "--test-per-family", "1", "--max-new-tokens", "3"])
     assert res.exit_code == 0, res.output
     assert set(json.loads((tmp_path / "o" / "selectors.json").read_text())["orders"]["O1"]["selectors"]) == {"hashing-nb", "oracle"}
     fixture = Path(__file__).parent / "fixtures" / "paraphrase_builtin_short.jsonl"
-    res = runner.invoke(app, ["selectors", "--bank", str(tiny_bank.root), "--stream", str(tmp_path / "stream"),
+    res = runner.invoke(app, ["exp", "selectors", "--bank", str(tiny_bank.root), "--stream", str(tmp_path / "stream"),
                               "--out", str(tmp_path / "o"), "--selectors", "oracle", "--test-per-family", "1",
                               "--max-new-tokens", "3", "--records", str(fixture)])
     assert res.exit_code == 0, res.output
     assert "paraphrase_builtin_short.jsonl (n=25)" in " ".join(res.stdout.replace("│", " ").split())
     assert json.loads((tmp_path / "o" / "selectors.json").read_text())["extra_sets"][str(fixture)]["n"] == 25
-    res = runner.invoke(app, ["selectors", "--bank", str(tiny_bank.root), "--stream", str(tmp_path / "stream"),
+    res = runner.invoke(app, ["exp", "selectors", "--bank", str(tiny_bank.root), "--stream", str(tmp_path / "stream"),
                               "--out", str(tmp_path / "o"), "--selectors", "magic"])
     assert res.exit_code == 2 and "unknown selector kind(s) ['magic']" in res.output
-    res = runner.invoke(app, ["route-eval", "--stream", str(tmp_path / "stream"), "--selector", "embed-lda-nb", "--json"])
+    res = runner.invoke(app, ["exp", "route-eval", "--stream", str(tmp_path / "stream"), "--selector", "embed-lda-nb", "--json"])
     assert res.exit_code == 0, res.output
     names = set(json.loads(res.stdout)[0]["selectors"])
     assert names == {"address (hashing+NB)", "offline TF-IDF+LR", "embed-lda-nb"}
-    res = runner.invoke(app, ["route-eval", "--stream", str(tmp_path / "stream"), "--selector", "epi"])
+    res = runner.invoke(app, ["exp", "route-eval", "--stream", str(tmp_path / "stream"), "--selector", "epi"])
     assert res.exit_code == 2 and "need a bank" in res.output
 
 

@@ -177,7 +177,7 @@ def test_a_record_the_tokenizer_cannot_take_is_named(small_stream, tiny_model_di
     import dataclasses
 
     from skillbank.model.base import BaseModelConfig, load_base
-    from skillbank.serve.learn import LearnRefused, check_against_base
+    from skillbank.serve.learn_jobs import LearnRefused, check_against_base
     from skillbank.train.executor import TrainConfig
 
     base = load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False)

@@ -163,7 +163,7 @@ def test_a_learner_whose_parent_is_already_gone_exits_at_once(tmp_path):
     workdir.mkdir()
     (workdir / "records.jsonl").write_text("{}\n")
     not_my_parent = 1
-    proc = subprocess.run([sys.executable, "-m", "skillbank.serve.learner",
+    proc = subprocess.run([sys.executable, "-m", "skillbank.serve.learn_process",
                            *learner_args(workdir, not_my_parent, tmp_path / "bank")], timeout=120)
     assert proc.returncode == -signal.SIGKILL
     assert not workdir.exists()
@@ -176,7 +176,7 @@ def test_the_watcher_thread_alone_ends_an_orphaned_learner(tmp_path):
     workdir = tmp_path / "job"
     workdir.mkdir()
     (workdir / "records.jsonl").write_text("{}\n")
-    learner_code = ("import sys, time, skillbank.serve.learner as m, skillbank.data.records as r; "
+    learner_code = ("import sys, time, skillbank.serve.learn_process as m, skillbank.data.records as r; "
                     "m.ParentWatch._death_signal = staticmethod(lambda: 'disabled by the test'); "
                     "r.read_records = lambda *a, **k: time.sleep(600); "
                     "sys.exit(m.main(sys.argv[1:]))")
@@ -204,7 +204,7 @@ def test_the_watcher_thread_alone_ends_an_orphaned_learner(tmp_path):
 def test_records_removed_when_the_learn_process_fails(tmp_path, small_stream):
     import asyncio
 
-    from skillbank.serve.learn import LearnManager
+    from skillbank.serve.learn_jobs import LearnManager
 
     k3 = small_stream.family_keys[2]
 

@@ -195,7 +195,7 @@ def test_reload_picks_up_a_family_learned_by_another_process(tmp_path, two_famil
 
 
 def test_learn_recipe_auto_follows_the_base_and_records_must_match_the_family(tmp_path, tiny_model_dir):
-    from skillbank.serve.learn import LearnRefused, train_config
+    from skillbank.serve.learn_jobs import LearnRefused, train_config
     from skillbank.train.executor import TrainConfig
     assert train_config("auto", None, "embedded") == TrainConfig.for_small_cpu()
     assert train_config("auto", {"epochs": 1}, str(tiny_model_dir)).epochs == 1

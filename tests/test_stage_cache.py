@@ -82,7 +82,7 @@ def test_the_key_changes_with_anything_the_training_reads():
 
 
 def test_only_a_first_stage_without_a_term_at_the_recipes_adapter_is_shared():
-    from skillbank.continual.methods.registry import method_class
+    from skillbank.method_registry import method_class
     from skillbank.continual.methods.stacked import OLoRAParams
     from skillbank.train.executor import TrainConfig
     recipe = TrainConfig(rank=64, target_modules=("q_proj", "k_proj", "v_proj", "o_proj"))

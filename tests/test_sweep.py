@@ -14,7 +14,7 @@ from skillbank.cli import app
 from skillbank.config import ConfigError, RunConfig, SweepConfig
 from skillbank.continual import runner as runner_mod
 from skillbank.continual.methods import METHODS
-from skillbank.continual.run_dir import build_run_stream
+from skillbank.run_dir import build_run_stream
 from skillbank.continual.sweep import SECONDS_PER_REQUEST_EPOCH, expand_grid, plan_sweep, run_sweep, select
 from skillbank.report.sweep import selected_toml, separation
 
@@ -231,7 +231,7 @@ def test_a_sweep_resumes_without_redoing_finished_points_and_selects_the_printed
         run_sweep(other, out, progress=False)
     assert calls == []
     # the CLI reads the selection back
-    res = CliRunner().invoke(app, ["sweep", "--out", str(out), "--selected-toml"])
+    res = CliRunner().invoke(app, ["exp", "sweep", "--out", str(out), "--selected-toml"])
     assert res.exit_code == 0, res.output
     assert tomllib.loads(res.output) == pasted
 
@@ -397,7 +397,7 @@ def test_the_shipped_sweep_grid_and_its_budget():
     # the config's budget note: ~2.3 CPU hours, the first stages of SFT/Replay/LwF/EWC and O-LoRA at r64 trained
     # once per screen and learning rate (4 of them instead of 54); O-LoRA's r8 point trains its own
     assert plan.seconds <= 2.4 * 3600
-    res = CliRunner().invoke(app, ["sweep", "--config", str(CONFIGS / "sweep.toml"), "--plan"])
+    res = CliRunner().invoke(app, ["exp", "sweep", "--config", str(CONFIGS / "sweep.toml"), "--plan"])
     assert res.exit_code == 0, res.output
     assert "28 grid points x 2 screens" in res.output and "11,592 training request-epochs" in res.output
     assert "2.3 CPU hours" in res.output

@@ -263,7 +263,7 @@ def test_stream_build_prints_the_warning_and_the_drop_reasons(tmp_path):
     from typer.testing import CliRunner
 
     from skillbank.cli import app
-    args = ["stream", "build", "--source", "taskbench", "--taskbench-root", str(SHARED)]
+    args = ["exp", "stream", "build", "--source", "taskbench", "--taskbench-root", str(SHARED)]
     r = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "all")], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     assert "warning: family t5_generation_editing: no held-out records: all 42 go to training" in r.output

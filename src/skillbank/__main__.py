@@ -1,4 +1,4 @@
-"""``python -m skillbank`` (also what ``accelerate launch -m skillbank run ...`` starts)."""
+"""``python -m skillbank`` (also what ``accelerate launch -m skillbank exp run ...`` starts)."""
 from skillbank.cli import app
 
 app()

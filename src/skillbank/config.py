@@ -1,6 +1,6 @@
 """Typed run configuration: one TOML file feeds the Python API, the CLI and the saved run record.
 
-    methods    the methods to compare (names in skillbank.continual.methods.registry), default ["fsm"]
+    methods    the methods to compare (names in skillbank.method_registry), default ["fsm"]
     [method_params.<name>]  a method's own hyperparameters (LwF temperature, EWC lambda, ...)
     [runner]   parallel FSM stages, whether to keep every stage's state
     [stream]   which benchmark stream and how much of it (source, path, seed, sizes)
@@ -9,7 +9,7 @@
     [method_train.<name>]  [train] fields one method overrides (a learning rate tuned for it by the sweep)
     [address]  the Address Memory kind and its hyperparameters
     [eval]     task orders, generation cap and batch size, the split evaluated (test, or validation for tuning)
-    [sweep]    sweep configs only (SweepConfig, ``skillbank sweep``): screens and each method's grid
+    [sweep]    sweep configs only (SweepConfig, ``skillbank exp sweep``): screens and each method's grid
 
 Unknown keys are errors (a typo must not silently fall back to a default). The resolved configuration
 is written next to every run's results as ``config.json``.
@@ -124,7 +124,7 @@ class RunnerSettings(_Strict):
 
 
 class SweepSettings(_Strict):
-    """``[sweep]``: a hyperparameter screen (``skillbank sweep``, :mod:`skillbank.continual.sweep`).
+    """``[sweep]``: a hyperparameter screen (``skillbank exp sweep``, :mod:`skillbank.continual.sweep`).
 
     ``grid.<method>`` is one block (``[sweep.grid.lwf]``) or several (``[[sweep.grid.olora]]``); a block maps
     each of the method's own parameters, and under ``train.`` each [train] field, to a list of values (an
@@ -182,9 +182,9 @@ class RunConfig(_Strict):
 
     def method_params_for(self, name: str):
         """The typed hyperparameters of method ``name`` (defaults filled in). The name resolves through the
-        method registry (``skillbank.continual.methods.registry``), imported on use; it names each method by
+        method registry (``skillbank.method_registry``), imported on use; it names each method by
         module path, imports only that method's module, and never imports this one (no import cycle)."""
-        from skillbank.continual.methods.registry import UnknownMethodError, method_class
+        from skillbank.method_registry import UnknownMethodError, method_class
         try:
             cls = method_class(name)
         except UnknownMethodError as exc:
@@ -275,7 +275,7 @@ class SweepConfig(BaseModel):
             raise _invalid(exc, f"{where}: [sweep] ") from None
         if not sweep.grid:
             raise ConfigError(f"{where}: [sweep] has no grid (add [sweep.grid.<method>] blocks)")
-        from skillbank.continual.methods.registry import UnknownMethodError, method_class
+        from skillbank.method_registry import UnknownMethodError, method_class
         for method in sweep.grid:
             try:
                 method_class(method)

@@ -41,6 +41,11 @@ class SelectorError(SkillbankError, ValueError):
     """A selector (Address Memory or another router) was used or loaded incorrectly."""
 
 
+class ScopeError(SelectorError):
+    """The scope (out-of-scope) detector was used or loaded incorrectly. A subclass of SelectorError for one
+    release, so that code catching SelectorError for it keeps working; catch ScopeError."""
+
+
 class BankError(SkillbankError):
     """A skill bank on disk is missing, incomplete, corrupted or incompatible."""
 

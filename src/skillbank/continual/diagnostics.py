@@ -73,7 +73,7 @@ def run_diagnostics(cfg: RunConfig, out_dir: str | Path, *, first: str = "T1", s
     diagnostics. Writes ``diagnostics.json``, ``diagnostics.md`` and ``forgetting_trajectory.png``."""
     from skillbank.continual.methods import MethodContext
     from skillbank.continual.methods.sequential import ADAPTER, SequentialSFT
-    from skillbank.continual.run_dir import build_run_stream
+    from skillbank.run_dir import build_run_stream
     from skillbank.model.base import load_base
 
     out = Path(out_dir)

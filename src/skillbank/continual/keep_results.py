@@ -3,7 +3,7 @@ machine can read them back and continue.
 
     .venv/bin/python scripts/keep_results.py runs/sweep results/sweep        # after (part of) a sweep
     (the same: .venv/bin/python -m skillbank.continual.keep_results runs/sweep results/sweep)
-    cp -r results/sweep runs/sweep && skillbank sweep --config configs/sweep.toml --out runs/sweep   # continue
+    cp -r results/sweep runs/sweep && skillbank exp sweep --config configs/sweep.toml --out runs/sweep   # continue
 
 Kept: every ``*.json``, ``*.md``, ``*.png`` and ``predictions.jsonl`` (the report re-reads final predictions).
 Left out: adapter states, banks, the stage cache and the generation cache (``outputs.jsonl``): megabytes to

@@ -131,7 +131,7 @@ def run_progress(run_dir: str | Path, methods: list[str] | None = None, orders: 
 
     out = Path(run_dir)
     if not (out / "config.json").is_file() or not (out / "run.json").is_file():
-        raise SkillbankError(f"{out} is not a run directory (no config.json/run.json; start one with `skillbank run`)")
+        raise SkillbankError(f"{out} is not a run directory (no config.json/run.json; start one with `skillbank exp run`)")
     cfg = _read(out / "config.json")
     stages = len(_read(out / "run.json")["task_labels"])
     methods = list(dict.fromkeys((methods or []) + cfg["methods"]))

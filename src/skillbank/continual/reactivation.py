@@ -29,11 +29,11 @@ def reactivate(run_dir: str | Path, methods: Sequence[str] = PAPER_METHODS, orde
     what happened}}`` (probed, already probed, or why it was skipped)."""
     from skillbank.config import RunConfig
     from skillbank.continual.methods import method_class
-    from skillbank.continual.run_dir import COMPLETE, build_run_stream, stage_dir
+    from skillbank.run_dir import COMPLETE, build_run_stream, stage_dir
 
     out = Path(run_dir)
     if not (out / "config.json").is_file():
-        raise SkillbankError(f"{out} is not a run directory (no config.json; start one with `skillbank run`)")
+        raise SkillbankError(f"{out} is not a run directory (no config.json; start one with `skillbank exp run`)")
     cfg = RunConfig.from_run(json.loads((out / "config.json").read_text()), str(out / "config.json"))
     stream = build_run_stream(cfg)
     done: dict[str, dict[str, str]] = {}
@@ -73,7 +73,7 @@ def address_records(records):
 
 def _probe(cfg, stream, cls, name, order_name, order, mdir, final, say, progress) -> None:
     from skillbank.continual.methods import MethodContext
-    from skillbank.continual.run_dir import write_json_atomic
+    from skillbank.run_dir import write_json_atomic
     from skillbank.continual.runner import OutputCache, evaluate_stage
     from skillbank.model.base import load_base
 

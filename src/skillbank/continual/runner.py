@@ -7,7 +7,7 @@ With ``[eval] split = "validation"`` the requests evaluated are instead the vali
 each family's training requests (``[stream] validation_per_family``; those are then not trained on), so a
 hyperparameter search (:mod:`skillbank.continual.sweep`) never looks at the held-out set.
 
-On disk: :mod:`skillbank.continual.run_dir` (the layout, and reading finished stages back).
+On disk: :mod:`skillbank.run_dir` (the layout, and reading finished stages back).
 
 Resume: a rerun finds the last finished stage of each method and order, loads its state and continues.
 Outputs are cached under a digest of the weights that produced them, so reuse is exact: a run killed
@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from skillbank.config import ConfigError, RunConfig
-from skillbank.continual.run_dir import (COMPLETE, FIT_CHECKPOINT, build_run_stream, collect_method_order,
+from skillbank.run_dir import (COMPLETE, FIT_CHECKPOINT, build_run_stream, collect_method_order,
                                          write_json_atomic)
 from skillbank.continual.progress import machine_label
-from skillbank.continual.run_dir import stage_dir as _stage_dir
+from skillbank.run_dir import stage_dir as _stage_dir
 from skillbank.continual.stage_cache import StageCache
 from skillbank.data.records import Record
 from skillbank.data.stream import Stream
@@ -281,7 +281,7 @@ def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrain
                     shutil.rmtree(state_dir, ignore_errors=True)
                     os.replace(tmp, state_dir)
                     # the dtype actually loaded ([base] dtype = "auto" resolves per machine) and the machine, whose
-                    # speed `skillbank progress` estimates from
+                    # speed `skillbank exp progress` estimates from
                     write_json_atomic(sdir / "train.json", _lite({**summary, "base_dtype": method.base.identity["dtype"],
                                                                   "machine": _machine(method)}))
             if main:  # the stage's state is saved: its training's final checkpoint has done its job
@@ -370,7 +370,7 @@ def check_same_config(out: Path, old: dict, new: dict) -> None:
 
 
 def _machine(method) -> str:
-    """The machine label a stage file records (skillbank progress estimates each machine from its own stages)."""
+    """The machine label a stage file records (skillbank exp progress estimates each machine from its own stages)."""
     return machine_label(str(next(method.base.model.parameters()).device))
 
 
@@ -415,7 +415,7 @@ def file_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
 @contextmanager
 def run_dir_lock(out: Path):
     """Serialises read-modify-write of a run directory's shared files (config.json, results.json): several
-    ``skillbank run --method M --order O`` processes may fill one run directory at the same time."""
+    ``skillbank exp run --method M --order O`` processes may fill one run directory at the same time."""
     with file_lock(out / ".lock"):
         yield
 

@@ -125,7 +125,7 @@ def expand_grid(cfg: SweepConfig) -> list[GridPoint]:
     """Every grid point, methods in the grid's order, each method's points in grid order. Unknown methods,
     unknown parameter or [train] names, bad values and duplicate points are :class:`ConfigError`s naming the
     grid entry: all checked here, before anything trains."""
-    from skillbank.continual.methods.registry import UnknownMethodError, method_class
+    from skillbank.method_registry import UnknownMethodError, method_class
     train_fields, train_lists = _train_fields()
     points: list[GridPoint] = []
     for method, blocks in cfg.sweep.grid.items():
@@ -222,7 +222,7 @@ class SweepPlan:
 
 def plan_sweep(cfg: SweepConfig, stream=None) -> SweepPlan:
     """Check the whole sweep (grid, validation split, orders) and work out what it will train."""
-    from skillbank.continual.run_dir import build_run_stream
+    from skillbank.run_dir import build_run_stream
     if not cfg.run.stream.has_validation:
         raise ConfigError("a sweep selects on validation data: set [stream] validation_per_family (or "
                           "validation_fraction) so a validation split is carved out of the training requests")
@@ -240,7 +240,7 @@ def plan_sweep(cfg: SweepConfig, stream=None) -> SweepPlan:
         if screen not in screen_of:
             screens.append(screen)
             screen_of[screen] = name
-    from skillbank.continual.methods.registry import method_class
+    from skillbank.method_registry import method_class
     epochs = {}
     shared_first: set[tuple] = set()  # first stages trained once for a group of methods (stage_cache)
     for p in points:
@@ -382,7 +382,7 @@ def write_sweep_json(out: Path, record: dict) -> Path:
 # -- scoring and selection ---------------------------------------------------------------------------
 def point_metrics(odirs: dict[str, Path], method: str, stages: int) -> dict | None:
     """Metrics of one point from its screens' stage files; None until every screen finished."""
-    from skillbank.continual.run_dir import stage_dir
+    from skillbank.run_dir import stage_dir
     per_screen = {}
     for screen, odir in odirs.items():
         evs = []
@@ -461,7 +461,7 @@ def measured_cost(out: Path, plan: SweepPlan, stages: int) -> dict:
     ``seconds_per_request_epoch``: those seconds over the request-epochs the counted trainings ran (their
     examples x epochs; Replay's buffer included): the rate of this machine, dtype and thread count, which the
     remaining points are estimated at. None before any training finished."""
-    from skillbank.continual.run_dir import stage_dir
+    from skillbank.run_dir import stage_dir
     train_s = eval_s = 0.0
     stages_seen = trainings = request_epochs = 0
     for p in plan.points:
@@ -499,4 +499,4 @@ def load_sweep(out_dir: str | Path) -> dict:
     from skillbank.errors import SkillbankError
     from skillbank.jsonfile import read_json
     return read_json(Path(out_dir) / "sweep.json", SkillbankError,
-                     missing=f"{out_dir} holds no sweep (no sweep.json; run `skillbank sweep --config ... --out {out_dir}`)")
+                     missing=f"{out_dir} holds no sweep (no sweep.json; run `skillbank exp sweep --config ... --out {out_dir}`)")

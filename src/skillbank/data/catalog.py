@@ -17,9 +17,19 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
-from skillbank.errors import CatalogError
+from skillbank.errors import CatalogError, RecordError
 from skillbank.jsonfile import read_json
 from skillbank.graph import TaskGraph
+
+
+def check_disjoint(declared: Iterable[str], owned: Mapping[str, str]) -> None:
+    """Families are disjoint: none of a new family's ``declared`` skills may be one that another family already
+    owns (``owned``: skill id -> family). The one check of ``skillbank learn``, ``SkillBank.learn`` and
+    ``POST /v1/families``; raises RecordError naming the first few clashes and their owners."""
+    clash = sorted(s for s in set(declared) if s in owned)
+    if clash:
+        raise RecordError("skill(s) already learned by another shard (families must be disjoint): "
+                          + ", ".join(f"{s} (in {owned[s]})" for s in clash[:5]))
 
 
 def snake_name(name: str) -> str:

@@ -161,7 +161,7 @@ class Stream:
         root = Path(root)
         meta_path = root / "stream.json"
         meta = read_json(meta_path, StreamError, expect_format=FORMAT_VERSION, what="stream",
-                         missing=f"{root} is not a stream directory (no stream.json); build one with `skillbank stream build`")
+                         missing=f"{root} is not a stream directory (no stream.json); build one with `skillbank exp stream build`")
         catalog = Catalog.load(root / "catalog.json")
         if meta.get("families") != catalog.family_keys:
             raise StreamError(f"{meta_path}: families {meta.get('families')} differ from the catalog's {catalog.family_keys}")

@@ -55,7 +55,7 @@ train, the rest are held out (at most ``test_per_family`` when given).
 Report (``Stream.report``): per domain the source, ``records`` read, ``loaded``, ``dropped`` per reason
 (``records == loaded + sum(dropped)``), up to three ``examples`` per reason and the ``fixes`` counts of
 loaded records; per family the record/train/test counts; ``warnings``, one line per family left without
-held-out records (``skillbank stream build`` prints them, with the drop reasons). The default
+held-out records (``skillbank exp stream build`` prints them, with the drop reasons). The default
 ``train_per_family`` of 1000 puts a small sample entirely into training.
 """
 from __future__ import annotations

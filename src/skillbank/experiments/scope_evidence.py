@@ -23,7 +23,7 @@ from sklearn.metrics import roc_auc_score
 
 from skillbank.data.records import iter_jsonl, read_records
 from skillbank.data.stream import Stream
-from skillbank.report.scope import detector_for_stream
+from skillbank.experiments.scope import detector_for_stream
 
 
 def main() -> None:

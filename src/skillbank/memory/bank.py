@@ -28,6 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
+from skillbank.data.catalog import check_disjoint
 from skillbank.data.records import Record
 from skillbank.errors import BankError, RecordError, SelectorError
 from skillbank.jsonfile import read_json
@@ -37,6 +38,7 @@ from skillbank.memory.lineage import fresh, lineage_of, resolve_start, weights_d
 from skillbank.memory.scope import ScopeDetector, catalog_text, fit_inputs
 from skillbank.memory.selector import selector_class
 from skillbank.memory.shard_files import dir_digests, shard_file_problems
+from skillbank.planner import Plan  # noqa: F401 - the result type, re-exported where it used to live
 
 BANK_FORMAT = 1
 MANIFEST = "bank.json"
@@ -119,37 +121,6 @@ def write_manifest(root: Path, manifest: Manifest) -> None:
     os.replace(tmp, root / MANIFEST)
 
 
-@dataclass
-class Plan:
-    """What ``SkillBank.plan`` returns for one request."""
-
-    request: str
-    shard: str | None  # None when the request is out of scope (nothing was generated)
-    probabilities: dict[str, float]
-    graph: dict | None
-    error: str | None
-    raw: str
-    route_seconds: float = 0.0
-    generate_seconds: float = 0.0
-    constrained: bool = True
-    n_tokens: int = 0
-    mean_logprob: float = 0.0  # the executor's mean token log-probability of ``raw`` (unconstrained distribution)
-    out_of_scope: bool = False
-    reason: str | None = None  # why no plan was generated (out of scope)
-    #: route: p(shard | request); scope_margin: scope score minus threshold (< 0: out of scope; null when the
-    #: bank has no scope statistics or the shard was forced); executor_logprob: mean_logprob.
-    confidence: dict = field(default_factory=dict)
-    #: with ``explain=True``: the scope margin, the top families with their probabilities, the words that
-    #: counted for the chosen family (their scores) and the spans read as values, not as evidence.
-    explain: dict | None = None
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        if d["explain"] is None:  # the JSON of a plan without --explain is as before
-            del d["explain"]
-        return d
-
-
 def _as_catalog(catalog, family: str):
     """``learn``'s catalog argument as a Catalog: a Catalog, a file in any catalog format, or a parsed
     OpenAI tools list / MCP tools/list result (whose tools all form ``family``)."""
@@ -180,12 +151,36 @@ class SkillBank:
     """A bank of frozen executor shards plus the Address Memory that routes to them."""
 
     def __init__(self, root: Path, manifest: Manifest, execution, address: Selector | None,
-                 scope: ScopeDetector | None = None):
+                 scope: ScopeDetector | None = None, *, load_execution=None):
         self.root = root
         self.manifest = manifest
-        self.execution = execution  # skillbank.memory.execution.ExecutionMemory
+        self._execution = execution  # skillbank.memory.execution.ExecutionMemory, once loaded
+        # Called on first use of ``execution``: routing and the scope check need no model, so a bank opened
+        # without a base loads it only when a request is generated or a family trained.
+        self._load_execution = load_execution
         self.address = address
         self.scope = scope  # out-of-scope detection; None in banks learned before it existed (see fit_scope)
+
+    @property
+    def execution(self):
+        """The Execution Memory (base model + shards), loaded on first use; None for a bank opened offline."""
+        if self._execution is None and self._load_execution is not None:
+            self._execution = self._load_execution()
+            self._load_execution = None
+        return self._execution
+
+    @execution.setter
+    def execution(self, value) -> None:
+        self._execution, self._load_execution = value, None
+
+    @property
+    def model_loaded(self) -> bool:
+        return self._execution is not None
+
+    @property
+    def planner(self):
+        from skillbank.planner import Planner
+        return Planner(self)
 
     # -- lifecycle ---------------------------------------------------------------------------
     @classmethod
@@ -221,31 +216,42 @@ class SkillBank:
         return cls(root, manifest, ExecutionMemory(base), None)
 
     @classmethod
-    def open(cls, path: str | Path, base=None, *, base_config=None, max_resident: int | None = None) -> "SkillBank":
-        """Open a bank: read its manifest and Address Memory and check the base model's digest. Shards are
-        loaded - and their files checked against their digests - when a request first needs them
-        (``skillbank info --verify`` checks them all); with ``max_resident`` at most that many stay loaded
-        (least recently used evicted), so memory does not grow with the number of families."""
-        from skillbank.memory.execution import ExecutionMemory
-        from skillbank.model.base import BaseModelConfig, load_base
+    def open(cls, path: str | Path, base=None, *, base_config=None, max_resident: int | None = None,
+             lazy: bool = True) -> "SkillBank":
+        """Open a bank: read its manifest and Address Memory. The base model is checked against the manifest's
+        digest when it is loaded: here when ``base`` is given or ``lazy`` is False, otherwise on the first
+        request that is generated (routing and the scope check need no model, so an out-of-scope request is
+        answered without loading it). Shards are loaded - and their files checked against their digests - when a
+        request first needs them (``skillbank info --verify`` checks them all); with ``max_resident`` at most
+        that many stay loaded (least recently used evicted), so memory does not grow with the number of
+        families."""
         root = Path(path)
         manifest = read_manifest(root)
         if max_resident is not None and isinstance(max_resident, int) and max_resident > max(1, len(manifest.shards)):
             raise BankError(f"max_resident {max_resident} is larger than the bank's {len(manifest.shards)} shard(s); "
                             "leave it unset to keep every shard loaded")
+        address = load_selector(root / manifest.address_dir) if manifest.address_dir else None
+        bank = cls(root, manifest, None, address, load_scope(root, manifest))
+        bank._load_execution = lambda: bank._open_execution(base, base_config, max_resident)
+        if base is not None or not lazy:
+            bank.execution  # noqa: B018 - load now: the caller asked for the model (or has it already)
+        return bank
+
+    def _open_execution(self, base, base_config, max_resident):
+        from skillbank.memory.execution import ExecutionMemory
+        from skillbank.model.base import BaseModelConfig, load_base
+        manifest = self.manifest
         if base is None:
-            cfg = base_config or BaseModelConfig(name=manifest.base["name"])
-            base = load_base(cfg)
+            base = load_base(base_config or BaseModelConfig(name=manifest.base["name"]))
         if base.identity["digest"] != manifest.base["digest"]:
             raise BankError(
-                f"{root} was built on base model {manifest.base['name']!r} (digest {manifest.base['digest'][:19]}...), "
-                f"but the loaded base is {base.identity['name']!r} (digest {base.identity['digest'][:19]}...); "
-                "shards only work on the base they were trained on")
+                f"{self.root} was built on base model {manifest.base['name']!r} (digest "
+                f"{manifest.base['digest'][:19]}...), but the loaded base is {base.identity['name']!r} (digest "
+                f"{base.identity['digest'][:19]}...); shards only work on the base they were trained on")
         execution = ExecutionMemory(base, max_resident=max_resident)
         for shard in manifest.shards:
-            execution.add(shard.name, root / shard.dir, shard)
-        address = load_selector(root / manifest.address_dir) if manifest.address_dir else None
-        return cls(root, manifest, execution, address, load_scope(root, manifest))
+            execution.add(shard.name, self.root / shard.dir, shard)
+        return execution
 
     @classmethod
     def open_offline(cls, path: str | Path) -> "SkillBank":
@@ -319,10 +325,7 @@ class SkillBank:
         if undeclared:
             raise RecordError(f"records use skill(s) outside the family's catalog: {undeclared[:5]}")
         owned = {s: e.name for e in self.manifest.shards if not (replacing and e.name == family) for s in e.skills}
-        clash = sorted(s for s in declared if s in owned)
-        if clash:
-            raise RecordError("skill(s) already learned by another shard (families must be disjoint): "
-                              + ", ".join(f"{s} (in {owned[s]})" for s in clash[:5]))
+        check_disjoint(declared, owned)
         return catalog, records, declared
 
     def default_train_config(self):
@@ -372,13 +375,13 @@ class SkillBank:
             shutil.rmtree(staging)
         prefix = common_prefix(declared)
         old_entry = next((e for e in self.manifest.shards if e.name == family), None) if replace else None
-        if old_entry is not None:
-            self.execution.detach(family)
+        if old_entry is not None and self._execution is not None:
+            self._execution.detach(family)
         try:
             if imported is not None:
                 shutil.copytree(imported["dir"], staging)
                 summary = json.loads((staging / "training.json").read_text())
-                if self.execution is not None:
+                if self._execution is not None:
                     self.execution.attach(family, staging, imported["entry"])
             else:
                 if pretrained is not None:
@@ -418,12 +421,12 @@ class SkillBank:
                 scope.save(self.root / address_rel)
         except BaseException:
             # Nothing is published: drop the in-memory adapter and the half-written files.
-            if self.execution is not None:
+            if self._execution is not None:
                 self.execution.detach(family)
             shutil.rmtree(staging, ignore_errors=True)
             shutil.rmtree(self.root / shard_rel, ignore_errors=True)
-            if old_entry is not None:
-                self.execution.attach(family, self.root / old_entry.dir, old_entry)
+            if old_entry is not None and self._execution is not None:
+                self._execution.attach(family, self.root / old_entry.dir, old_entry)
             raise
         if imported is not None:
             entry = ShardEntry(**{**asdict(imported["entry"]), "dir": shard_rel, "digests": digests})
@@ -440,9 +443,9 @@ class SkillBank:
             shutil.rmtree(self.root / old_entry.dir, ignore_errors=True)
         for e in dropped:
             shutil.rmtree(self.root / e.dir, ignore_errors=True)
-            if self.execution is not None:
+            if self._execution is not None:
                 self.execution.detach(e.name)
-        if self.execution is not None:
+        if self._execution is not None:
             self.execution.register(family, self.root / shard_rel, entry)
         return entry
 
@@ -522,74 +525,17 @@ class SkillBank:
 
     def plan(self, requests: Sequence[str] | str, *, shard: str | None = None, batch_size: int = 8,
              max_new_tokens: int | None = None, constrain: bool = True, copy_values: bool = False,
-             scope: bool = True, explain: bool = False) -> list[Plan]:
-        """Route each request (or force ``shard``) and generate its task graph with that one executor.
+             scope: bool = True, explain: bool = False) -> list["Plan"]:
+        """Route each request (or force ``shard``) and generate its task graph with that one executor
+        (:class:`~skillbank.planner.Planner`, the one planning path).
 
         constrain: decode with the shard's grammar (its own skills and declared arguments only; default);
         copy_values: literal argument values must also be substrings of the request;
         scope: a request no learned family covers gets no plan (``out_of_scope`` with a ``reason``) and
-            is not generated; off when ``shard`` is forced;
-        explain: each plan carries ``explain`` (see :class:`Plan`)."""
-        if isinstance(requests, str):
-            requests = [requests]
-        requests = list(requests)
-        for i, r in enumerate(requests):
-            if not isinstance(r, str) or not r.strip():
-                raise RecordError(f"request {i} is empty")
-        self.execution.check_lengths(requests, max_new_tokens)
-        t0 = time.perf_counter()
-        if shard is not None:
-            if shard not in self.shard_names:
-                raise BankError(f"unknown shard {shard!r}; this bank has {self.shard_names}")
-            chosen, proba = [shard] * len(requests), None
-            verdicts = [ScopeVerdict(None, None, None, None, "shard forced") for _ in requests]
-        else:
-            chosen, proba = self.route(requests)
-            verdicts = self.check_scope(requests)
-        route_s = (time.perf_counter() - t0) / max(1, len(requests))
-        run = [i for i, v in enumerate(verdicts) if not (scope and v.in_scope is False)]
-        t1 = time.perf_counter()
-        generated = dict(zip(run, self.execution.generate(
-            [requests[i] for i in run], [chosen[i] for i in run], batch_size=batch_size,
-            max_new_tokens=max_new_tokens, constrain=constrain, copy_values=copy_values))) if run else {}
-        gen_s = (time.perf_counter() - t1) / max(1, len(run))
-        plans = []
-        explained = [self.explain(r, proba[i] if proba is not None else None, v) for i, (r, v) in
-                     enumerate(zip(requests, verdicts))] if explain else [None] * len(requests)
-        for i, (req, name, v) in enumerate(zip(requests, chosen, verdicts)):
-            probs = ({c: float(p) for c, p in zip(self.address.classes_, proba[i])} if proba is not None
-                     else {name: 1.0})
-            confidence = {"route": round(probs[name], 4),
-                          "scope_margin": round(v.score - v.threshold, 3) if v.score is not None else None}
-            o = generated.get(i)
-            if o is None:
-                plans.append(Plan(req, None, probs, None, None, "", route_s, 0.0, constrain, out_of_scope=True,
-                                  reason=v.reason, confidence={**confidence, "executor_logprob": None},
-                                  explain=explained[i]))
-                continue
-            graph = o.parsed.graph.canonical().to_dict() if o.parsed.graph is not None else None
-            plans.append(Plan(req, name, probs, graph, o.parsed.error, o.text, route_s, gen_s, o.constrained,
-                              o.n_tokens, round(o.mean_logprob, 4), out_of_scope=v.in_scope is False,
-                              reason=v.reason if v.in_scope is False else None,
-                              confidence={**confidence, "executor_logprob": round(o.mean_logprob, 4)},
-                              explain=explained[i]))
-        return plans
-
-    def explain(self, request: str, proba: np.ndarray | None, verdict: "ScopeVerdict") -> dict:
-        """Why a request got its verdict: the scope margin, the top three families by the router's
-        probability, the words that counted for the family the scope statistics chose (with what each
-        adds to its score) and the spans read as argument values (no evidence either way)."""
-        out = {"scope_margin": (round(verdict.score - verdict.threshold, 3) if verdict.score is not None else None),
-               "scope_family": verdict.family, "top_families": [], "counted_words": [], "values": []}
-        if proba is not None:
-            order = np.argsort(-proba)[:3]
-            out["top_families"] = [{"family": self.address.classes_[j], "p": round(float(proba[j]), 4)} for j in order]
-        if self.scope is not None and verdict.family is not None:
-            masked = self.scope.read([request])[0]
-            out["values"] = [{"kind": k, "text": t} for k, t in masked.values]
-            out["counted_words"] = [{"word": w, "score": round(x, 3)}
-                                    for w, x in self.scope.word_evidence(masked, verdict.family)]
-        return out
+            is not generated - nor is the base model loaded for it; off when ``shard`` is forced;
+        explain: each plan carries ``explain`` (see :class:`~skillbank.planner.Plan`)."""
+        return self.planner.plan(requests, shard=shard, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                                 constrain=constrain, copy_values=copy_values, scope=scope, explain=explain)
 
     # -- a family's life cycle ---------------------------------------------------------------
     def _entry(self, family: str) -> ShardEntry:
@@ -641,7 +587,7 @@ class SkillBank:
                 raise BankError(f"{keep_files} already exists; give a new directory to keep the shard in")
             if heirs:
                 raise BankError(f"keep_files keeps one shard, but forgetting {family!r} forgets {heirs} too; "
-                                "export the ones to keep first (`skillbank export-family`), then forget without it")
+                                "export the ones to keep first (`skillbank export family`), then forget without it")
         gone = [family] + heirs
         remaining = [e for e in self.manifest.shards if e.name not in gone]
         if remaining:
@@ -668,7 +614,7 @@ class SkillBank:
             shutil.rmtree(self.root / entry.dir, ignore_errors=True)
         for e in dropped:
             shutil.rmtree(self.root / e.dir, ignore_errors=True)
-        if self.execution is not None:
+        if self._execution is not None:
             for name in gone:
                 self.execution.detach(name)
         return entry
@@ -727,7 +673,7 @@ class SkillBank:
         """Add a family exported by :meth:`export_family` from a bank on the same base."""
         path = Path(path)
         meta = read_json(path / "family.json", BankError, expect_format=FAMILY_EXPORT_FORMAT, what="family export",
-                         missing=f"{path} is not a family export (no family.json); make one with `skillbank export-family`")
+                         missing=f"{path} is not a family export (no family.json); make one with `skillbank export family`")
         if meta["base"]["digest"] != self.manifest.base["digest"]:
             raise BankError(f"{path} was exported from a bank on base {meta['base']['name']!r} "
                             f"(digest {meta['base']['digest'][:19]}...); this bank's base is "
@@ -765,7 +711,7 @@ class SkillBank:
         if not here:
             raise BankError(f"{path}: shard {name!r} started from the weights of shard {lineage.get('from')!r} "
                             f"(digest {str(lineage.get('digest'))[:19]}...), which this bank does not hold; import "
-                            "that shard first (`skillbank export-family` it from the same bank), then this one")
+                            "that shard first (`skillbank export family` it from the same bank), then this one")
         return {**lineage, "from": here[0].name}
 
     def fit_scope(self, family: str, records: Sequence[Record]) -> None:

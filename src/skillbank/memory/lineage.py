@@ -153,3 +153,11 @@ def _nearest(bank, requests: Sequence[str], candidates: list[str]) -> tuple[str,
     mass = proba.sum(axis=0)
     best = max(range(len(cols)), key=lambda j: (votes[j], mass[j], -j))
     return classes[cols[best]], {"share": round(float(votes[best]) / len(requests), 4)}
+
+
+def start_text(lineage: dict) -> str:
+    """A shard's starting point in words: 'fresh' or 'from NAME (previous)'."""
+    if lineage.get("init", "fresh") == "fresh":
+        return "fresh"
+    stale = " - since replaced" if lineage.get("start_current") is False else ""
+    return f"from {lineage.get('from')} ({lineage.get('by', 'name')}{stale})"

@@ -69,7 +69,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import HashingVectorizer
 
-from skillbank.errors import SelectorError
+from skillbank.errors import ScopeError
 from skillbank.jsonfile import read_json
 from skillbank.memory.values import MaskedRequest, ValueVocabulary, mask, mask_record
 
@@ -152,13 +152,13 @@ class ScopeDetector:
     def __init__(self, lam: float = 0.5, quantile: float = 0.01, n_features: int = 2**18, language: str = "en",
                  encoder: str | None = "minilm", reader: str = "values"):
         if not 0 < lam < 1:
-            raise SelectorError(f"scope lam must be in (0, 1), got {lam!r}")
+            raise ScopeError(f"scope lam must be in (0, 1), got {lam!r}")
         if not 0 <= quantile < 0.5:
-            raise SelectorError(f"scope quantile must be in [0, 0.5), got {quantile!r}")
+            raise ScopeError(f"scope quantile must be in [0, 0.5), got {quantile!r}")
         if encoder is not None and (not isinstance(encoder, str) or not encoder.strip()):
-            raise SelectorError(f"scope encoder must be a name, a path or None, got {encoder!r}")
+            raise ScopeError(f"scope encoder must be a name, a path or None, got {encoder!r}")
         if reader not in READERS:
-            raise SelectorError(f"scope reader must be one of {READERS}, got {reader!r}")
+            raise ScopeError(f"scope reader must be one of {READERS}, got {reader!r}")
         self.lam, self.quantile, self.n_features, self.language = float(lam), float(quantile), int(n_features), language
         self.reader = reader
         # What a value looks like in these families' requests (reader="values"): per-family word statistics.
@@ -217,7 +217,7 @@ class ScopeDetector:
         from skillbank.memory.selectors.embedding import get_encoder
         encoder = get_encoder(self.encoder)
         if self.made_with_other_encoder_weights():
-            raise SelectorError(f"these scope statistics were made with the encoder {self.encoder!r} at "
+            raise ScopeError(f"these scope statistics were made with the encoder {self.encoder!r} at "
                                 f"{self.encoder_digest_[:19]}..., but it loads as {encoder.digest[:19]}... now (another "
                                 "version?); reinstall that version, or refit every family with `skillbank scope fit`")
         self.encoder_digest_ = encoder.digest
@@ -251,13 +251,13 @@ class ScopeDetector:
             with each skill's mean embedding; without them, with the family's)."""
         requests = list(requests)
         if not requests:
-            raise SelectorError("scope partial_fit needs at least one request")
+            raise ScopeError("scope partial_fit needs at least one request")
         if values is not None and len(values) != len(requests):
-            raise SelectorError(f"scope partial_fit: {len(values)} value lists for {len(requests)} requests")
+            raise ScopeError(f"scope partial_fit: {len(values)} value lists for {len(requests)} requests")
         if skills is not None and len(skills) != len(requests):
-            raise SelectorError(f"scope partial_fit: {len(skills)} skill lists for {len(requests)} requests")
+            raise ScopeError(f"scope partial_fit: {len(skills)} skill lists for {len(requests)} requests")
         if calibration is not None and len(calibration) != len(requests):
-            raise SelectorError(f"scope partial_fit: {len(calibration)} calibration texts for {len(requests)} requests")
+            raise ScopeError(f"scope partial_fit: {len(calibration)} calibration texts for {len(requests)} requests")
         if self.background_ is None:
             self.background_ = background(self.n_features, self.language).astype(np.float32)
         # A family's statistics are made from its own data alone (its requests and its own value vocabulary, never
@@ -280,7 +280,7 @@ class ScopeDetector:
         cal_embeddings = (self._embed(cal_prose) if self.encoder is not None and styled is not None
                           else embeddings)
         if embeddings is not None and self.embedding_sum_.size and embeddings.shape[1] != self.embedding_sum_.shape[1]:
-            raise SelectorError(f"the encoder gives {embeddings.shape[1]} dimensions, the statistics hold "
+            raise ScopeError(f"the encoder gives {embeddings.shape[1]} dimensions, the statistics hold "
                                 f"{self.embedding_sum_.shape[1]}")
         self._reset_derived()
         X = self._vec.transform(word_texts + list(catalog_docs)).tocsr()
@@ -342,7 +342,7 @@ class ScopeDetector:
     def forget(self, label: str) -> "ScopeDetector":
         """Remove a family exactly (its rows of statistics and its training scores)."""
         if label not in self.classes_:
-            raise SelectorError(f"scope detector has no family {label!r}")
+            raise ScopeError(f"scope detector has no family {label!r}")
         i = self.classes_.index(label)
         self.counts_ = sp.vstack([self.counts_[:i], self.counts_[i + 1:]]).tocsr()
         if self.encoder is not None:
@@ -361,7 +361,7 @@ class ScopeDetector:
     def family_detector(self, label: str) -> "ScopeDetector":
         """A detector holding this family's statistics alone (what a family export carries)."""
         if label not in self.classes_:
-            raise SelectorError(f"scope detector has no family {label!r}")
+            raise ScopeError(f"scope detector has no family {label!r}")
         i = self.classes_.index(label)
         one = ScopeDetector(**self.get_params())
         one.classes_, one.counts_ = [label], self.counts_[[i]].tocsr()
@@ -382,21 +382,21 @@ class ScopeDetector:
         learned it here, since every statistic is a per-family sum."""
         label = label or source
         if label in self.classes_:
-            raise SelectorError(f"scope detector already has a family {label!r}")
+            raise ScopeError(f"scope detector already has a family {label!r}")
         if source not in other.classes_:
-            raise SelectorError(f"the other scope detector has no family {source!r}")
+            raise ScopeError(f"the other scope detector has no family {source!r}")
         if other.get_params() != self.get_params():
-            raise SelectorError(f"scope statistics made with other settings ({other.get_params()}, here "
+            raise ScopeError(f"scope statistics made with other settings ({other.get_params()}, here "
                                 f"{self.get_params()})")
         if self.background_ is None:
             self.background_ = other.background_
         elif not np.array_equal(self.background_, other.background_):
-            raise SelectorError("scope statistics made with another English word list (wordfreq version)")
+            raise ScopeError("scope statistics made with another English word list (wordfreq version)")
         if self.encoder is not None:
             if self.encoder_digest_ is None:
                 self.encoder_digest_ = other.encoder_digest_
             elif other.encoder_digest_ != self.encoder_digest_:
-                raise SelectorError(f"scope statistics made with other encoder weights ({other.encoder_digest_}, "
+                raise ScopeError(f"scope statistics made with other encoder weights ({other.encoder_digest_}, "
                                     f"here {self.encoder_digest_})")
         j = other.classes_.index(source)
         if source in other.vocabulary_.classes_:
@@ -438,7 +438,7 @@ class ScopeDetector:
         """Every training request's leave-one-out score on :meth:`score`'s scale (what the threshold is a
         quantile of)."""
         if not self.train_scores_:
-            raise SelectorError("scope detector has not learned any family yet")
+            raise ScopeError("scope detector has not learned any family yet")
         words = np.concatenate([self.train_scores_[k] for k in self.classes_])
         if self.encoder is None:
             return words
@@ -477,7 +477,7 @@ class ScopeDetector:
     def word_scores(self, requests: Sequence[str] | Sequence[MaskedRequest]) -> np.ndarray:
         """The word statistics' log-likelihood ratio per request and family, (n_requests, n_classes)."""
         if not self.classes_:
-            raise SelectorError("scope detector has not learned any family yet")
+            raise ScopeError("scope detector has not learned any family yet")
         masked = self._as_masked(requests)
         X = self._vec.transform(self._texts(masked)[0]).tocsr()
         if self._weights is None:
@@ -509,7 +509,7 @@ class ScopeDetector:
         """Each word the word statistics read in ``request`` with what it adds to family ``label``'s score
         (highest first): what ``--explain`` shows."""
         if label not in self.classes_:
-            raise SelectorError(f"scope detector has no family {label!r}")
+            raise ScopeError(f"scope detector has no family {label!r}")
         m = self._as_masked([request])[0]
         text = self._texts([m])[0][0]
         analyzer = self._vec.build_analyzer()
@@ -525,9 +525,9 @@ class ScopeDetector:
     def embedding_scores(self, requests: Sequence[str]) -> np.ndarray:
         """Cosine similarity of each request's embedding to each family's mean, (n_requests, n_classes)."""
         if self.encoder is None:
-            raise SelectorError("this scope detector has no encoder (encoder=None)")
+            raise ScopeError("this scope detector has no encoder (encoder=None)")
         if not self.classes_:
-            raise SelectorError("scope detector has not learned any family yet")
+            raise ScopeError("scope detector has not learned any family yet")
         if self._unit_means is None:
             rows, owner = [], []
             for c, label in enumerate(self.classes_):
@@ -589,16 +589,16 @@ class ScopeDetector:
     @classmethod
     def load(cls, directory: str | Path) -> "ScopeDetector":
         directory = Path(directory)
-        meta = read_json(directory / SCOPE_FILE, SelectorError, expect_format=SCOPE_FORMAT, what="scope detector")
+        meta = read_json(directory / SCOPE_FILE, ScopeError, expect_format=SCOPE_FORMAT, what="scope detector")
         # State saved before the encoder existed holds word statistics alone.
         # State saved before the value reader existed read requests whole.
         det = cls(**{"encoder": None, "reader": "raw", **meta.get("params", {})})
         if det.reader == "values":
-            state = read_json(directory / SCOPE_VALUES, SelectorError, what="scope value vocabulary")
+            state = read_json(directory / SCOPE_VALUES, ScopeError, what="scope value vocabulary")
             try:
                 det.vocabulary_ = ValueVocabulary.from_state(state)
             except (KeyError, TypeError, ValueError) as exc:
-                raise SelectorError(f"{directory / SCOPE_VALUES}: unreadable value vocabulary ({exc})") from None
+                raise ScopeError(f"{directory / SCOPE_VALUES}: unreadable value vocabulary ({exc})") from None
         det.classes_ = list(meta.get("classes", []))
         det.encoder_digest_ = meta.get("encoder_digest")
         try:
@@ -613,9 +613,9 @@ class ScopeDetector:
                     det.skill_names_ = {k: list(v) for k, v in meta.get("skills", {}).items()}
                     det.skill_sums_ = {k: z[f"skill_sum_{det.classes_.index(k)}"] for k in det.skill_names_}
         except (OSError, KeyError, ValueError) as exc:
-            raise SelectorError(f"{directory / SCOPE_ARRAYS}: unreadable scope statistics ({exc})") from None
+            raise ScopeError(f"{directory / SCOPE_ARRAYS}: unreadable scope statistics ({exc})") from None
         if det.encoder is not None and det.embedding_sum_.shape[0] != len(det.classes_):
-            raise SelectorError(f"{directory / SCOPE_ARRAYS}: embedding statistics for "
+            raise ScopeError(f"{directory / SCOPE_ARRAYS}: embedding statistics for "
                                 f"{det.embedding_sum_.shape[0]} families, {len(det.classes_)} named")
         return det
 

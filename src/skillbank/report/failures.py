@@ -43,7 +43,7 @@ def count_failures(run_dir: str | Path) -> dict[str, dict[str, dict[str, Counter
     whose final stage wrote its predictions. Raises :class:`SkillbankError` naming the file and line
     where a prediction cannot be matched to its gold request or re-read to the EM the run recorded."""
     from skillbank.config import RunConfig
-    from skillbank.continual.run_dir import build_run_stream
+    from skillbank.run_dir import build_run_stream
     from skillbank.train.executor import common_prefix
 
     out = Path(run_dir)

@@ -214,7 +214,7 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
     the first run directory). Returns the markdown path."""
     from skillbank.errors import SkillbankError
 
-    from skillbank.continual.run_dir import load_run
+    from skillbank.run_dir import load_run
 
     dirs = [Path(d) for d in run_dirs]
     results = [load_run(d) for d in dirs]

@@ -201,7 +201,7 @@ def selected_toml(record: dict) -> str:
     """The selected settings as ``[method_params.<m>]`` / ``[method_train.<m>]`` blocks to paste into
     configs/compare.toml: a method's own parameters, and the [train] fields the grid tuned for it (its
     learning rate), which override the shared [train] for that method only."""
-    lines = [f"# Selected by `skillbank sweep` on validation data (screens {', '.join(record['screens'])}).",
+    lines = [f"# Selected by `skillbank exp sweep` on validation data (screens {', '.join(record['screens'])}).",
              f"# Rule: {record['rule']}."]
     for method, info in record["methods"].items():
         best = info.get("selected")

@@ -45,7 +45,7 @@ from skillbank.serve import schemas as S
 from skillbank.serve.chat import answer_message, check_settings, grammar_of_chat, request_of_chat, wants_tool_calls
 from skillbank.serve.config import ServeConfig
 from skillbank.serve.engine import UpstreamError
-from skillbank.serve.learn import RECIPES, LearnRefused
+from skillbank.serve.learn_jobs import RECIPES, LearnRefused
 from skillbank.serve.metrics import MetricsMiddleware
 from skillbank.serve.middleware import (BodyLimitMiddleware, BodyTooLarge, EarlyAdmissionMiddleware,
                                         HeadAsGetMiddleware, HostCheckMiddleware, InternalErrorMiddleware)
@@ -193,12 +193,14 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
                           "`reason`. A request whose shard cannot serve it (its files damaged or missing, its "
                           "adapter failing to load or generate) gets `failed: true` and an `error` naming the shard "
                           "(never a server path); the call's other requests are generated, and the call answers "
-                          "200. Every plan carries `confidence` {route, scope_margin, executor_logprob}.")
+                          "200. Every plan carries `confidence` {route, scope_margin, executor_logprob}; with "
+                          "`explain: true`, also `explain`: the scope margin, the top families, the words that "
+                          "counted for the chosen one and the spans read as argument values.")
     async def plan(body: S.PlanRequest, request: Request):
         arrived = time.perf_counter()
         reqs = [body.request] if isinstance(body.request, str) else list(body.request)
         results = await svc.plan(reqs, shard=body.shard, max_new_tokens=body.max_new_tokens, http=request)
-        return {"plans": [svc.plan_result(q, arrived, body.shard is None) for q in results]}
+        return {"plans": [svc.plan_result(q, arrived, explain=body.explain) for q in results]}
 
     @app.post("/v1/chat/completions", response_model=S.ChatResponse,
               responses={**ERRORS, 404: {"model": S.ErrorResponse}, 409: {"model": S.ErrorResponse},
@@ -229,7 +231,7 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
             svc.metrics.structured.inc()
         [q] = await svc.plan([text], shard=shard, http=request, param="messages",
                              max_new_tokens=body.max_completion_tokens or body.max_tokens, grammar=grammar)
-        p = svc.plan_result(q, arrived, shard is None)
+        p = svc.plan_result(q, arrived)
         message, finish = answer_message(p, q.out.text if q.out else "", wants_tool_calls(body))
         prompt_tokens = q.job.prompt_tokens if q.job else 0
         completion_tokens = q.out.n_tokens if q.out else 0

@@ -17,7 +17,7 @@ from skillbank.memory.bank import FAMILY_NAME
 
 NON_BLANK = r"\S"  # search semantics: at least one character that is not white space
 # Record text: non-blank, and no control character but tab, line feed and carriage return (they would be
-# learned as tokens of the request; see skillbank.serve.learn.text_problem).
+# learned as tokens of the request; see skillbank.serve.learn_jobs.text_problem).
 PLAIN_TEXT = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$"
 RECORD_TEXT = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$"
 STRICT = ConfigDict(strict=True, extra="forbid")
@@ -64,6 +64,8 @@ class PlanRequest(BaseModel):
     shard: Optional[str] = Field(None, description="Force this shard instead of routing by content (404 when the "
                                                    "bank has no such shard).")
     max_new_tokens: Optional[Int(ge=1)] = Field(None, description="Generation cap (at most the service's).")
+    explain: Optional[bool] = Field(False, description="Add `explain` to each plan: why it got its scope verdict "
+                                                       "and route (what `skillbank plan --explain` prints).")
 
 
 class Timings(BaseModel):
@@ -110,6 +112,13 @@ class PlanResult(BaseModel):
     truncated: bool = Field(description="generation did not stop: it hit the token cap (or a grammar dead end)")
     batch_size: int
     timings: Timings
+    mean_logprob: Optional[float] = Field(None, description="the executor's mean token log-probability of `raw` "
+                                                            "(confidence.executor_logprob); null when nothing was "
+                                                            "generated or the upstream does not report it")
+    explain: Optional[dict[str, Any]] = Field(None, description="present when the call asked `explain: true`: "
+                                                                "scope_margin, scope_family, top_families [{family, "
+                                                                "p}], counted_words [{word, score}], values "
+                                                                "[{kind, text}] (spans read as argument values)")
 
 
 class PlanResponse(BaseModel):

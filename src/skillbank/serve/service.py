@@ -16,13 +16,13 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from skillbank.errors import SkillbankError
-from skillbank.memory.bank import ScopeVerdict
+from skillbank.planner import Decision, Planner, RequestError
 from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS
 from skillbank.serve import schemas as S
 from skillbank.serve.batcher import Batcher, QueueFull
 from skillbank.serve.config import ADMIN_TOKEN_ENV, ServeConfig
 from skillbank.serve.engine import Job, LocalEngine, Output, UpstreamEngine, UpstreamError
-from skillbank.serve.learn import LearnManager, check_against_base
+from skillbank.serve.learn_jobs import LearnManager, check_against_base
 from skillbank.serve.metrics import Metrics
 from skillbank.serve.state import Snapshot, newer_snapshot
 
@@ -54,29 +54,27 @@ def error_response(status: int, message: str, param: str | None = None, headers:
 
 @dataclass
 class Planned:
-    """One request's way through :meth:`Service.plan`: generated (``job`` and ``out``), refused as out of
-    scope (both None: it was never queued), or failed by its shard (``failure`` says why, naming the shard;
-    the other requests of the call are answered as usual)."""
+    """One request's way through :meth:`Service.plan`: the planner's decision, then generated (``job`` and
+    ``out``), refused as out of scope (both None: it was never queued), or failed by its shard (``failure`` says
+    why, naming the shard; the other requests of the call are answered as usual)."""
 
-    request: str
-    shard: str  # routed (or forced) shard; for a refused request the one routing would have picked
-    probabilities: dict[str, float]
-    route_s: float
-    verdict: ScopeVerdict | None  # None when the scope was not checked (forced shard, or scope off)
+    decision: Decision
+    planner: Planner  # over the snapshot the request was routed with (explain reads its statistics)
     job: Job | None = None
     out: Output | None = None
     failure: str | None = None
 
     @property
-    def out_of_scope(self) -> bool:
-        return self.verdict is not None and self.verdict.in_scope is False
+    def request(self) -> str:
+        return self.decision.request
 
-    def confidence(self) -> dict:
-        v = self.verdict
-        return {"route": round(self.probabilities[self.shard], 4),
-                "scope_margin": round(v.score - v.threshold, 3) if v is not None and v.score is not None else None,
-                "executor_logprob": round(self.out.mean_logprob, 4)
-                if self.out is not None and self.out.mean_logprob is not None else None}
+    @property
+    def shard(self) -> str:
+        return self.decision.shard
+
+    @property
+    def out_of_scope(self) -> bool:
+        return self.decision.out_of_scope
 
 
 class Service:
@@ -185,42 +183,27 @@ class Service:
                                param=param)
         if not requests:
             raise ServiceError(422, "no requests given: send a string or a non-empty list", param=param)
+        try:
+            requests = Planner.check(requests)
+        except RequestError as exc:
+            where = param if len(requests) == 1 else f"{param}[{exc.index}]"
+            raise ServiceError(422, str(exc).replace(f"request {exc.index}", where, 1), param=where) from None
         for i, r in enumerate(requests):
-            where = param if len(requests) == 1 else f"{param}[{i}]"
-            if not r.strip():
-                raise ServiceError(422, f"{where} is empty", param=where)
-            try:
-                r.encode("utf-8")
-            except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800") is valid JSON but not text
-                raise ServiceError(422, f"{where} is not valid Unicode text ({exc.reason} at character {exc.start})",
-                                   param=where) from None
             if len(r) > cfg.max_request_chars:
+                where = param if len(requests) == 1 else f"{param}[{i}]"
                 raise ServiceError(413, f"{where} is {len(r)} characters long, the limit is {cfg.max_request_chars}",
                                    param=where)
-        requests = [r.strip() for r in requests]
         client = client_of(http)
         self._admit(lambda: self.batcher.check_room(len(requests), client))  # refuse before routing and tokenizing
 
-        t0 = time.perf_counter()
-        if shard is not None:
-            if shard not in snap.shard_names:
-                raise ServiceError(404, f"unknown shard {shard!r}; this bank has {snap.shard_names}", param="shard")
-            names, probs = [shard] * len(requests), [{shard: 1.0}] * len(requests)
-            verdicts = [None] * len(requests)
-        else:
-            def route_and_check():
-                names, proba = snap.route(requests)
-                return names, proba, snap.bank.check_scope(requests) if cfg.scope else [None] * len(requests)
-
-            # The scope check (and the embedding router, when the bank has one) runs a sentence encoder,
-            # milliseconds per request: off the event loop, so that other connections are served meanwhile.
-            names, proba, verdicts = await asyncio.to_thread(route_and_check)
-            classes = list(snap.bank.address.classes_)
-            probs = [{c: float(p) for c, p in zip(classes, row)} for row in proba]
-        route_s = (time.perf_counter() - t0) / len(requests)
-        self.metrics.route_seconds.observe(route_s)
-        planned = [Planned(req, name, p, route_s, verdict)
-                   for req, name, p, verdict in zip(requests, names, probs, verdicts)]
+        if shard is not None and shard not in snap.shard_names:
+            raise ServiceError(404, f"unknown shard {shard!r}; this bank has {snap.shard_names}", param="shard")
+        planner = Planner(snap.bank)
+        # The scope check (and the embedding router, when the bank has one) runs a sentence encoder,
+        # milliseconds per request: off the event loop, so that other connections are served meanwhile.
+        decisions = await asyncio.to_thread(planner.decide, requests, shard=shard, scope=cfg.scope)
+        self.metrics.route_seconds.observe(decisions[0].route_s)
+        planned = [Planned(d, planner) for d in decisions]
 
         # Upstream mode: a shard's files are hashed on its first routed request, off the event loop (a local
         # bank checks them as it loads the shard).
@@ -256,12 +239,12 @@ class Service:
                 where = param if len(requests) == 1 else f"{param}[{i}]"
                 raise ServiceError(413, f"{where} is too long: {n_prompt} prompt tokens + {mnt} generation tokens "
                                         f"exceed the base model's context of {limit} tokens", param=where)
-            q.job = Job(q.request, q.shard, entry, q.probabilities, route_s, mnt, loop.create_future(),
+            q.job = Job(q.request, q.shard, entry, q.decision.probabilities, q.decision.route_s, mnt, loop.create_future(),
                         prompt_tokens=n_prompt, grammar=rule, client=client)
             jobs.append(q.job)
         for q in planned:
             if q.out_of_scope:
-                self.metrics.out_of_scope.labels(q.verdict.family or "none").inc()
+                self.metrics.out_of_scope.labels(q.decision.verdict.family or "none").inc()
         if jobs:
             self._admit(lambda: self.batcher.submit(jobs))
             results = await self._wait(jobs, http)
@@ -338,37 +321,20 @@ class Service:
         gathered.cancel()
         gathered.add_done_callback(lambda f: f.cancelled() or f.exception())  # no "never retrieved" warning
 
-    def plan_result(self, planned: Planned, arrived: float, routed: bool) -> dict:
-        if planned.out_of_scope:
-            return {"request": planned.request, "shard": None, "routed": routed,
-                    "probabilities": planned.probabilities, "out_of_scope": True, "reason": planned.verdict.reason,
-                    "confidence": planned.confidence(), "valid": False, "failed": False, "constrained": False,
-                    "graph": None, "error": None, "raw": "", "tokens": 0, "truncated": False, "batch_size": 0,
-                    "timings": {"queue_ms": 0.0, "route_ms": 1000 * planned.route_s, "generate_ms": 0.0,
-                                "total_ms": 1000 * (time.perf_counter() - arrived)}}
-        if planned.failure is not None:
-            return {"request": planned.request, "shard": planned.shard, "routed": routed,
-                    "probabilities": planned.probabilities, "out_of_scope": False, "reason": None,
-                    "confidence": planned.confidence(), "valid": False, "failed": True, "constrained": False,
-                    "graph": None, "error": planned.failure, "raw": "", "tokens": 0, "truncated": False,
-                    "batch_size": 0,
-                    "timings": {"queue_ms": 0.0, "route_ms": 1000 * planned.route_s, "generate_ms": 0.0,
-                                "total_ms": 1000 * (time.perf_counter() - arrived)}}
+    def plan_result(self, planned: Planned, arrived: float, *, explain: bool = False) -> dict:
+        """The plan of one request as the API answers it: :meth:`Plan.to_dict <skillbank.planner.Plan.to_dict>`,
+        the same shape as ``SkillBank.plan`` and ``skillbank plan`` give."""
+        planner = planned.planner
         job, out = planned.job, planned.out
-        valid = out.parsed.graph is not None
-        self.metrics.plans.labels(job.shard, str(valid).lower()).inc()
-        queue_s = max(0.0, out.started - job.enqueued)
-        self.metrics.queue_seconds.observe(queue_s)
+        if out is None:
+            return planner.settle(planned.decision, failure=planned.failure, arrived=arrived, explain=explain).to_dict()
+        plan = planner.settle(planned.decision, out, constrained=job.grammar is not None, batch_size=out.batch_size,
+                              queue_s=max(0.0, out.started - job.enqueued), generate_s=out.generate_s,
+                              arrived=arrived, explain=explain)
+        self.metrics.plans.labels(job.shard, str(plan.valid).lower()).inc()
+        self.metrics.queue_seconds.observe(plan.timings["queue_ms"] / 1000)
         self.metrics.generate_seconds.observe(out.generate_s)
-        return {"request": job.request, "shard": job.shard, "routed": routed, "probabilities": job.probabilities,
-                "out_of_scope": False, "reason": None, "confidence": planned.confidence(),
-                "valid": valid, "failed": False, "constrained": job.grammar is not None,
-                "graph": out.parsed.graph.canonical().to_dict() if valid else None,
-                "error": None if valid else out.parsed.error, "raw": out.text, "tokens": out.n_tokens,
-                "truncated": not out.stopped, "batch_size": out.batch_size,
-                "timings": {"queue_ms": 1000 * queue_s, "route_ms": 1000 * job.route_s,
-                            "generate_ms": 1000 * out.generate_s,
-                            "total_ms": 1000 * (time.perf_counter() - arrived)}}
+        return plan.to_dict()
 
     def check_admin(self, request: Request) -> None:
         token = self.config.admin_token

@@ -72,8 +72,22 @@ def parameters_from_config(path: Path) -> int | None:
     return embeddings + layers * (attention + mlp)
 
 
+RECIPES = ("paper", "small-cpu")
+
+
+def train_config_for_recipe(recipe: str, overrides: dict | None = None):
+    """The TrainConfig of a named recipe (``paper`` or ``small-cpu``) with field ``overrides`` on top: the one
+    conversion that ``skillbank learn --recipe``, ``POST /v1/families`` and :func:`train_config_for_base` share.
+    Raises ValueError for another name (each caller words it for its own users)."""
+    from skillbank.train.executor import TrainConfig
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r}; choose one of {list(RECIPES)}")
+    values = TrainConfig.for_small_cpu().to_dict() if recipe == "small-cpu" else {}
+    values.update(overrides or {})
+    return TrainConfig.from_dict(values)
+
+
 def train_config_for_base(base: str):
     """(TrainConfig, recipe name, why) for a base model name: see :func:`recipe_for_base`."""
-    from skillbank.train.executor import TrainConfig
     recipe, why = recipe_for_base(base)
-    return (TrainConfig.for_small_cpu() if recipe == "small-cpu" else TrainConfig()), recipe, why
+    return train_config_for_recipe(recipe), recipe, why

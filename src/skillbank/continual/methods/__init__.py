@@ -1,12 +1,12 @@
 """Continual-learning methods: FSM, the baselines and the frozen-base references (see ``base.Method``).
 
-Names resolve through :mod:`skillbank.continual.methods.registry` (one table of name -> module path), and
+Names resolve through :mod:`skillbank.method_registry` (one table of name -> module path), and
 this package imports its modules on first use: importing the registry (as the config does) loads no
 method. ``METHODS`` holds the current names' classes in display order (deprecated aliases resolve through
 :func:`method_class` but are not listed)."""
 from __future__ import annotations
 
-from skillbank.continual.methods.registry import UnknownMethodError, method_class, method_names
+from skillbank.method_registry import UnknownMethodError, method_class, method_names
 
 __all__ = ["METHODS", "Method", "MethodContext", "MethodParams", "Query", "UnknownMethodError", "method_class"]
 

@@ -109,7 +109,7 @@ class MethodContext:
 
 def address_hint(skill_ids: Sequence[str]) -> str:
     """The correct-skill-address text: the request's gold skill ids, in order (SFT's ``+address`` probe, the
-    diagnostics and ``skillbank reactivate`` append it to a request)."""
+    diagnostics and ``skillbank exp reactivate`` append it to a request)."""
     return "Skill address: " + ", ".join(skill_ids)
 
 

@@ -1,4 +1,4 @@
-"""The background learn process: ``python -m skillbank.serve.learner`` learns one family into a bank on disk.
+"""The background learn process: ``python -m skillbank.serve.learn_process`` learns one family into a bank on disk.
 
 The service starts one per ``POST /v1/families`` job. Learning runs in its own process rather than a thread of
 the service because training and serving cannot share one model object (PEFT's active adapter and the

@@ -1,4 +1,5 @@
-"""Scoring predictions against gold records (the engine behind ``skillbank score``).
+"""Scoring a predictions file against gold records (the engine behind ``skillbank score``); the per-example
+metrics it aggregates are :mod:`skillbank.metrics`.
 
 A predictions file is JSON Lines, one object per request, keyed by the gold record ``id``, holding either
 an already structured graph (``"graph": {"task_nodes": ..., "task_links": ...}``) or the raw model text

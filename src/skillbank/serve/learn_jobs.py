@@ -1,4 +1,4 @@
-"""Learning while serving: background learn jobs, one at a time, each in its own process (see learner.py).
+"""Learning while serving: background learn jobs, one at a time, each in its own process (see learn_process.py).
 
 A job is checked whole before it starts, whatever form the upload came in - family name (it becomes a
 directory: nothing path-like), not already learned, training settings of the right types and ranges, every
@@ -14,13 +14,13 @@ picks up whatever the bank on disk now holds (``on_finished``) and only then rep
 client that sees ``done`` is routed to the new family by its next request.
 
 The training keeps a checkpoint in the bank (``BANK/checkpoints/<family>.fit.pt``, no requests in it; see
-learner.py): a job whose process died or whose service shut down leaves it, and posting the same family and
+learn_process.py): a job whose process died or whose service shut down leaves it, and posting the same family and
 records again continues that training instead of starting over. A job cancelled by request removes it.
 
 The uploaded records live in a private temporary directory for the job's lifetime only: the bank keeps no
 requests, and neither does the service. It is removed however the job ends: done, failed, cancelled, its process
 killed, the service shut down (``close`` waits for every job's own clean-up), or the service killed (the
-learner, which dies with its service, removes it then: see learner.py).
+learner, which dies with its service, removes it then: see learn_process.py).
 """
 from __future__ import annotations
 
@@ -38,13 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator
 
+from skillbank.data.catalog import check_disjoint
 from skillbank.data.records import read_records
 from skillbank.errors import BankError, ModelError, RecordError
 from skillbank.memory.bank import check_family_name, learn_checkpoint_path, read_manifest
+from skillbank.train.recipes import RECIPES as TRAIN_RECIPES
 
 log = logging.getLogger("skillbank.serve")
 
-RECIPES = ("auto", "paper", "small-cpu")
+RECIPES = ("auto", *TRAIN_RECIPES)  # auto: the recipe that suits the bank's base
 MAX_LISTED_BAD_LINES = 10
 
 
@@ -157,8 +159,7 @@ def _train_overrides(overrides: dict) -> dict:
 def train_config(recipe: str, overrides: dict | None, base: str = ""):
     """The TrainConfig of a job: a recipe (as ``skillbank learn --recipe``; ``auto``: the one that suits the
     bank's ``base``, see :mod:`skillbank.train.recipes`) plus field overrides."""
-    from skillbank.train.executor import TrainConfig
-    from skillbank.train.recipes import recipe_for_base
+    from skillbank.train.recipes import recipe_for_base, train_config_for_recipe
     if recipe not in RECIPES:
         raise LearnRefused(f"recipe must be one of {list(RECIPES)}, got {recipe!r}", 422)
     if not isinstance(overrides or {}, dict):
@@ -166,10 +167,8 @@ def train_config(recipe: str, overrides: dict | None, base: str = ""):
     overrides = _train_overrides(overrides or {})
     if recipe == "auto":
         recipe = recipe_for_base(base)[0]
-    values = TrainConfig.for_small_cpu().to_dict() if recipe == "small-cpu" else {}
-    values.update(overrides)
     try:
-        return TrainConfig.from_dict(values)
+        return train_config_for_recipe(recipe, overrides)
     except (ModelError, TypeError) as exc:
         raise LearnRefused(f"invalid training settings: {exc}", 422) from None
 
@@ -284,11 +283,7 @@ class LearnManager:
             declared = set(skills) if skills is not None else used
             if used - declared:
                 raise LearnRefused(f"records use skill(s) outside the given skills: {sorted(used - declared)[:5]}", 422)
-            owned = {s: name for name, ss in served.items() for s in ss}
-            clash = sorted(s for s in declared if s in owned)
-            if clash:
-                raise LearnRefused("skill(s) already learned by another shard (families must be disjoint): "
-                                   + ", ".join(f"{s} (in {owned[s]})" for s in clash[:5]), 422)
+            check_disjoint(declared, {s: name for name, ss in served.items() for s in ss})  # RecordError: 422
             if base_check is not None:
                 base_check(rs.records, cfg)
         except RecordError as exc:
@@ -308,7 +303,7 @@ class LearnManager:
             raise
         job = LearnJob(id=uuid.uuid4().hex[:12], family=upload.family, records=upload.records, workdir=upload.workdir)
         self.jobs[job.id] = job
-        args = [sys.executable, "-m", "skillbank.serve.learner", "--bank", str(self.root.resolve()),
+        args = [sys.executable, "-m", "skillbank.serve.learn_process", "--bank", str(self.root.resolve()),
                 "--family", upload.family, "--data", str(upload.data), "--status", str(upload.workdir / "status.json"),
                 "--train", json.dumps(upload.cfg.to_dict()), "--parent-pid", str(os.getpid()),
                 "--workdir", str(upload.workdir)]

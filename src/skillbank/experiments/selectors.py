@@ -28,10 +28,13 @@ from typing import Callable, Sequence
 from skillbank.memory.execution import ShardOutputCache as OutputCache
 from skillbank.data.stream import Stream
 from skillbank.errors import SelectorError
+from skillbank.experiments.provenance import write_provenance
+from skillbank.experiments.routing import route_prefixes
 from skillbank.memory.address import make_selector
 from skillbank.memory.execution import ShardOutput
 from skillbank.metrics import AccuracyMatrix, route_accuracy, score_example, task_macro
 from skillbank.model.serialization import decode_output
+from skillbank.report.selectors import write_selectors_report
 
 Say = Callable[[str], None]
 
@@ -198,9 +201,8 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
         for order_name in orders:
             order = stream.order(order_name)
             scout = make_selector("address-compete", **context["address-compete"])
-            for t, family in enumerate(order, start=1):
-                scout.partial_fit([r.request for r in stream.train[family]], family)
-                planned.update(scout.competing_pairs([r.request for k in order[:t] for r in tests[k]]))
+            for prefix in route_prefixes(scout, stream, order, test=tests, route=lambda s, q: s.competing_pairs(q)):
+                planned.update(prefix.routed or ())
             if any(extra.values()):
                 planned.update(scout.competing_pairs([r.request for recs in extra.values() for r in recs]))
         cache.get(sorted(planned), say)
@@ -215,15 +217,11 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
         for kind in kinds:
             sel = make_selector(kind, **context.get(kind, {}))
             per_stage = []
-            for t, family in enumerate(order, start=1):
-                t0 = time.perf_counter()
-                sel.partial_fit([r.request for r in stream.train[family]], family)
-                t1 = time.perf_counter()
-                seen = [r for k in order[:t] for r in tests[k]]
-                per_stage.append(sel.predict([r.request for r in seen]))
-                cost[kind]["fit_seconds"] += t1 - t0
-                cost[kind]["route_seconds"] += time.perf_counter() - t1
-                cost[kind]["routed"] += len(seen)
+            for prefix in route_prefixes(sel, stream, order, test=tests):
+                per_stage.append(prefix.routed or [])
+                cost[kind]["fit_seconds"] += prefix.fit_seconds
+                cost[kind]["route_seconds"] += prefix.route_seconds
+                cost[kind]["routed"] += len(prefix.records)
             routes[order_name][kind] = per_stage
             # after the last stage (every family learned); not counted in the routing cost above
             extra_routes[order_name][kind] = {name: sel.predict([r.request for r in recs]) if recs else []
@@ -311,6 +309,6 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
     record["timing"] = {"generate_seconds": round(cache.generate_seconds, 1), "outputs": len(cache.outputs),
                         "outputs_reused": cache.reused, "evaluate_seconds": round(time.perf_counter() - t_start, 1)}
     (out / "selectors.json").write_text(json.dumps(record, indent=1) + "\n")
-    from skillbank.report.selectors_report import write_selectors_report
     write_selectors_report(record, out)
+    write_provenance(out)
     return record

@@ -57,7 +57,7 @@ def _build_stream(cfg: RunConfig) -> Stream:
         return load_taskbench_hub(seed=s.seed, train_per_family=s.train_per_family,
                                   test_per_family=s.test_per_family)
     if not s.path:
-        raise ConfigError("[stream] source = 'dir' needs path = a stream directory (skillbank stream build)")
+        raise ConfigError("[stream] source = 'dir' needs path = a stream directory (skillbank exp stream build)")
     stream = Stream.load(s.path)
     for key in stream.family_keys:
         stream.train[key] = stream.train[key][:s.train_per_family]
@@ -108,7 +108,7 @@ def collect_method_order(odir: Path, order: list[str]) -> dict:
                               "macro_per_stage": [em.macro(s) for s in range(1, done + 1)]}
     probe = stage_dir(odir, done) / "address.json"
     if done == len(order) and probe.is_file():
-        # the final checkpoint re-evaluated with the correct skill address (``skillbank reactivate``): one
+        # the final checkpoint re-evaluated with the correct skill address (``skillbank exp reactivate``): one
         # row, so no BWT
         for v, e in json.loads(probe.read_text())["variants"].items():
             if v not in out["variants"]:
@@ -153,7 +153,7 @@ def load_run(run_dir: str | Path) -> dict:
     out = Path(run_dir)
     meta_path = out / "run.json"
     if not meta_path.is_file():
-        raise SkillbankError(f"{out} is not a run directory (no run.json; start one with `skillbank run`)")
+        raise SkillbankError(f"{out} is not a run directory (no run.json; start one with `skillbank exp run`)")
     try:
         record = json.loads(meta_path.read_text())
         record["config"] = json.loads((out / "config.json").read_text())

@@ -1,4 +1,5 @@
-"""The registry of continual methods: a method's name in a config -> the class that implements it.
+"""The registry of continual methods: a method's name in a config -> the class that implements it (the table
+sits below both the config and :mod:`skillbank.continual`, which it names by module path and never imports).
 
 Each class is named by module path and imported on first use (as :mod:`skillbank.memory.selector` does for
 selector kinds), so this module imports no method, and :mod:`skillbank.config` can check a configuration's

@@ -22,7 +22,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from skillbank.data.stream import Stream
+from skillbank.experiments.provenance import write_provenance
+from skillbank.experiments.routing import route_prefixes, score_prefix
 from skillbank.memory.selector import Selector
+from skillbank.report.route_scale import plot, render_markdown
 
 
 def checkpoints(k: int, every_prefix_up_to: int = 20) -> list[int]:
@@ -90,34 +93,24 @@ def route_scale(stream: Stream, order: Sequence[str], selectors: dict[str, Calla
     result = {"stream": stream.name, "families": len(order), "order": order, "checkpoints": marks,
               "records_left_out": {n: lo for n, (_, lo) in labelled.items()}, "selectors": {}}
     for name, factory in selectors.items():
-        selector, points, spent, done = factory(), [], 0.0, 0
-        for k in (marks[-1:] if name in final_only else marks):
-            chunk = order[done:k]
-            requests = [r.request for fam in chunk for r in stream.train[fam]]
-            labels = [fam for fam in chunk for _ in stream.train[fam]]
-            if progress:
-                progress(f"{name}: learning families {done + 1}-{k} of {len(order)}")
-            t0 = time.perf_counter()
-            selector.partial_fit(requests, labels)
-            spent += time.perf_counter() - t0
-            done = k
-            learned = set(order[:k])
-            test = [(r.request, fam) for fam in order[:k] for r in stream.test[fam]]
-            if not test:
+        selector, points, spent = factory(), [], 0.0
+        for prefix in route_prefixes(selector, stream, order, marks=marks[-1:] if name in final_only else marks,
+                                     progress=progress, label=name):
+            spent += prefix.fit_seconds
+            if not prefix.records:
                 continue
-            t0 = time.perf_counter()
-            predicted = selector.predict([q for q, _ in test])
-            batched_ms = (time.perf_counter() - t0) * 1000 / len(test)
-            sample = [test[i][0] for i in rng.choice(len(test), min(latency_sample, len(test)), replace=False)]
+            learned = set(prefix.families)
+            batched_ms = prefix.route_seconds * 1000 / len(prefix.records)
+            sample = [prefix.records[i].request
+                      for i in rng.choice(len(prefix.records), min(latency_sample, len(prefix.records)), replace=False)]
             singles = []
             for q in sample:
                 t0 = time.perf_counter()
                 selector.predict([q])
                 singles.append((time.perf_counter() - t0) * 1000)
-            hits = np.array([p == g for p, (_, g) in zip(predicted, test)])
-            golds = np.array([g for _, g in test])
-            macro = float(np.mean([hits[golds == fam].mean() for fam in order[:k] if (golds == fam).any()]))
-            point = ScalePoint(k, float(hits.mean()), macro, len(test), float(np.median(singles)), batched_ms, spent)
+            scored = score_prefix(prefix)
+            point = ScalePoint(prefix.k, scored.micro, scored.macro, len(prefix.records), float(np.median(singles)),
+                               batched_ms, spent)
             for set_name, (pairs, _) in labelled.items():
                 scorable = [(q, g) for q, g in pairs if g in learned]
                 if pairs and len(scorable) == len(pairs):  # only once every family it needs is learned
@@ -129,54 +122,11 @@ def route_scale(stream: Stream, order: Sequence[str], selectors: dict[str, Calla
     return result
 
 
-def render_markdown(results: Sequence[dict]) -> str:
-    lines = ["# Routing at scale", ""]
-    for res in results:
-        lines += [f"## {res['stream']}: K = {res['families']}", "",
-                  "| selector | K learned | held-out accuracy | macro | ms / request (single) | ms / request (batch) "
-                  "| fit s (cumulative) | hand-written accuracy |", "|---|---|---|---|---|---|---|---|"]
-        for name, points in res["selectors"].items():
-            for p in points:
-                hand = ", ".join(f"{n} {a:.1%} (n={p['records_n'][n]})" for n, a in p["records_accuracy"].items())
-                lines.append(f"| {name} | {p['k']} | {p['accuracy']:.1%} | {p['macro']:.1%} | "
-                             f"{p['ms_per_request']:.3f} | {p['ms_per_request_batched']:.4f} | {p['fit_seconds']:.2f} | "
-                             f"{hand} |")
-        if any(res["records_left_out"].values()):
-            lines += ["", "Hand-written records left out (skills outside the catalog or across families): "
-                      + ", ".join(f"{n}: {c}" for n, c in res["records_left_out"].items())]
-        lines.append("")
-    return "\n".join(lines)
-
-
-def plot(results: Sequence[dict], path: Path) -> Path:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (acc_ax, lat_ax) = plt.subplots(1, 2, figsize=(11, 4))
-    for res in results:
-        for name, points in res["selectors"].items():
-            ks = [p["k"] for p in points]
-            label = f"{name} ({res['stream']})"
-            acc_ax.plot(ks, [p["accuracy"] for p in points], marker="o", ms=3, label=label)
-            lat_ax.plot(ks, [p["ms_per_request"] for p in points], marker="o", ms=3, label=label)
-    for ax in (acc_ax, lat_ax):
-        ax.set_xscale("log")
-        ax.set_xlabel("families learned (K)")
-    acc_ax.set_ylabel("route accuracy (held-out)")
-    acc_ax.set_ylim(0, 1.02)
-    lat_ax.set_ylabel("ms per request (one at a time)")
-    lat_ax.set_yscale("log")
-    lat_ax.axhline(1.0, color="grey", lw=0.6, ls=":")
-    acc_ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
 
 def write(results: Sequence[dict], out_dir: Path) -> None:
+    """routing_scale.json, .md and .png, and provenance.json (the command and the commit), into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "routing_scale.json").write_text(json.dumps(list(results), indent=1) + "\n")
     (out_dir / "routing_scale.md").write_text(render_markdown(results) + "\n")
     plot(results, out_dir / "routing_scale.png")
+    write_provenance(out_dir)

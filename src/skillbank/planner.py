@@ -1,0 +1,236 @@
+"""The one planning path: a raw request becomes a :class:`Plan` here, and nowhere else.
+
+A request goes through four steps:
+
+1. **check** - it is non-blank text (:meth:`Planner.check`);
+2. **decide** - the Address Memory routes it to one shard (or the caller forces one) and the scope statistics
+   say whether any learned family covers it (:meth:`Planner.decide`). Neither needs the base model, so an
+   out-of-scope request is answered without loading it;
+3. **generate** - the chosen executor writes the task graph. In-process that is
+   :meth:`ExecutionMemory.generate <skillbank.memory.execution.ExecutionMemory.generate>`; the service instead
+   queues the request for its continuous batch (``skillbank.serve.engine``), which decodes with the same
+   :class:`~skillbank.model.decode.RowBatch`;
+4. **settle** - the output is parsed and the :class:`Plan` built (:meth:`Planner.settle`).
+
+``SkillBank.plan``, ``skillbank plan`` and the service's ``/v1/plan`` and ``/v1/chat/completions`` all go
+through these steps; the service only adds what a service needs around step 3 (queueing, batching across
+clients, timeouts, metrics). A plan serialises the same way everywhere: :meth:`Plan.to_dict` is the JSON line
+of ``skillbank plan`` and the element of ``/v1/plan``'s ``plans``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from skillbank.errors import BankError, RecordError
+
+if TYPE_CHECKING:
+    from skillbank.memory.bank import ScopeVerdict, SkillBank
+
+
+class RequestError(RecordError):
+    """A request that cannot be planned (blank, not text). ``index`` is its position in the call."""
+
+    def __init__(self, message: str, index: int):
+        super().__init__(message)
+        self.index = index
+
+
+@dataclass
+class Plan:
+    """One request's answer: generated, refused as out of scope, or failed by its shard.
+
+    ``shard`` is None when the request is out of scope (nothing was generated); ``graph`` is the canonical
+    task graph (``task_nodes``, ``task_links``) or None when the output was not a valid graph (``error`` says
+    why) or nothing was generated."""
+
+    request: str
+    shard: str | None
+    routed: bool = True  # False when the caller forced the shard
+    probabilities: dict[str, float] = field(default_factory=dict)  # Address Memory p(shard | request)
+    out_of_scope: bool = False
+    reason: str | None = None  # why no learned family covers the request
+    #: route: p(shard | request); scope_margin: scope score minus threshold (< 0: out of scope; None when not
+    #: checked); executor_logprob: the executor's mean token log-probability of ``raw`` (None: not generated)
+    confidence: dict = field(default_factory=dict)
+    valid: bool = False
+    failed: bool = False  # the shard could not serve the request (damaged files, adapter failing); error names it
+    constrained: bool = False  # decoded under a grammar
+    graph: dict | None = None
+    error: str | None = None
+    raw: str = ""  # the executor's text as generated
+    tokens: int = 0  # tokens generated
+    truncated: bool = False  # generation hit the token cap (or a grammar dead end)
+    batch_size: int = 0  # rows generated together with this one
+    timings: dict = field(default_factory=dict)  # queue_ms, route_ms, generate_ms, total_ms
+    mean_logprob: float | None = None
+    #: with ``explain=True``: the scope margin, the top families with their probabilities, the words that
+    #: counted for the chosen family (their scores) and the spans read as values, not as evidence
+    explain: dict | None = None
+
+    def to_dict(self) -> dict:
+        """The plan as JSON-ready data: the JSON line of ``skillbank plan``, an element of ``/v1/plan``'s
+        ``plans`` (``explain`` is null unless asked for)."""
+        return asdict(self)
+
+    # Names the Python API used before the planning path was one (kept: scripts and notebooks read them).
+    @property
+    def n_tokens(self) -> int:
+        return self.tokens
+
+    @property
+    def route_seconds(self) -> float:
+        return self.timings.get("route_ms", 0.0) / 1000
+
+    @property
+    def generate_seconds(self) -> float:
+        return self.timings.get("generate_ms", 0.0) / 1000
+
+
+@dataclass
+class Decision:
+    """Where a request goes (step 2): its shard - routed, or forced - and the scope verdict."""
+
+    request: str
+    shard: str  # for a refused request: the shard routing would have picked
+    probabilities: dict[str, float]
+    verdict: "ScopeVerdict | None"  # None when the scope was not checked (shard forced, or scope off)
+    routed: bool
+    route_s: float
+    proba: np.ndarray | None = None  # the router's row (for explain); None when forced
+
+    @property
+    def out_of_scope(self) -> bool:
+        return self.verdict is not None and self.verdict.in_scope is False
+
+
+class Planner:
+    """The planning steps over one bank (see the module docstring)."""
+
+    def __init__(self, bank: "SkillBank"):
+        self.bank = bank
+
+    # -- step 1 ----------------------------------------------------------------------------------
+    @staticmethod
+    def check(requests: Sequence[str] | str) -> list[str]:
+        """The requests as a list of stripped strings; a blank or non-text one raises :class:`RequestError`."""
+        if isinstance(requests, str):
+            requests = [requests]
+        out = []
+        for i, r in enumerate(requests):
+            if not isinstance(r, str):
+                raise RequestError(f"request {i} is not text but {type(r).__name__}", i)
+            if not r.strip():
+                raise RequestError(f"request {i} is empty", i)
+            try:
+                r.encode("utf-8")
+            except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800") is valid JSON but not text
+                raise RequestError(f"request {i} is not valid Unicode text ({exc.reason} at character {exc.start})",
+                                   i) from None
+            out.append(r.strip())
+        return out
+
+    # -- step 2 ----------------------------------------------------------------------------------
+    def decide(self, requests: Sequence[str], *, shard: str | None = None, scope: bool = True) -> list[Decision]:
+        """Route each request (or force ``shard``) and, with ``scope``, check whether a learned family covers
+        it; needs no model."""
+        from skillbank.memory.bank import ScopeVerdict
+        bank = self.bank
+        t0 = time.perf_counter()
+        if shard is not None:
+            if shard not in bank.shard_names:
+                raise BankError(f"unknown shard {shard!r}; this bank has {bank.shard_names}")
+            n = len(requests)
+            route_s = (time.perf_counter() - t0) / max(1, n)
+            return [Decision(r, shard, {shard: 1.0}, None, False, route_s) for r in requests]
+        names, proba = bank.route(requests)
+        verdicts = bank.check_scope(requests) if scope else [None] * len(requests)
+        route_s = (time.perf_counter() - t0) / max(1, len(requests))
+        classes = list(bank.address.classes_)
+        return [Decision(r, name, {c: float(p) for c, p in zip(classes, row)}, v, True, route_s, row)
+                for r, name, row, v in zip(requests, names, proba, verdicts)]
+
+    # -- step 4 ----------------------------------------------------------------------------------
+    def settle(self, decision: Decision, output: Any = None, *, failure: str | None = None,
+               constrained: bool = False, batch_size: int = 0, queue_s: float = 0.0, generate_s: float = 0.0,
+               arrived: float | None = None, explain: bool = False) -> Plan:
+        """The :class:`Plan` of a decided request. ``output`` is what generating it produced (anything with
+        ``text``, ``parsed``, ``n_tokens``, ``stopped``, ``mean_logprob``); None when it was refused as out of
+        scope, or when its shard failed (``failure`` then says why and names the shard)."""
+        d = decision
+        total_s = (time.perf_counter() - arrived) if arrived is not None else d.route_s + queue_s + generate_s
+        timings = {"queue_ms": 1000 * queue_s, "route_ms": 1000 * d.route_s, "generate_ms": 1000 * generate_s,
+                   "total_ms": 1000 * total_s}
+        v = d.verdict
+        confidence = {"route": round(d.probabilities[d.shard], 4),
+                      "scope_margin": round(v.score - v.threshold, 3) if v is not None and v.score is not None
+                      else None,
+                      "executor_logprob": None}
+        why = self.explain(d) if explain else None
+        if d.out_of_scope and output is None and failure is None:
+            return Plan(d.request, None, d.routed, d.probabilities, out_of_scope=True, reason=v.reason,
+                        confidence=confidence, timings=timings, explain=why)
+        if failure is not None or output is None:
+            return Plan(d.request, d.shard, d.routed, d.probabilities, confidence=confidence, failed=True,
+                        error=failure or f"shard {d.shard!r} produced no output", timings=timings, explain=why)
+        graph = output.parsed.graph
+        logprob = output.mean_logprob
+        if logprob is not None:
+            logprob = round(float(logprob), 4)
+            confidence["executor_logprob"] = logprob
+        # Generated although out of scope (the caller turned refusal off): planned, and still flagged.
+        return Plan(d.request, d.shard, d.routed, d.probabilities, d.out_of_scope,
+                    v.reason if d.out_of_scope else None, confidence=confidence, valid=graph is not None, constrained=constrained,
+                    graph=graph.canonical().to_dict() if graph is not None else None,
+                    error=None if graph is not None else output.parsed.error, raw=output.text,
+                    tokens=output.n_tokens, truncated=not output.stopped, batch_size=batch_size, timings=timings,
+                    mean_logprob=logprob, explain=why)
+
+    def explain(self, decision: Decision) -> dict:
+        """Why a request got its verdict: the scope margin, the top three families by the router's
+        probability, the words that counted for the family the scope statistics chose (with what each adds
+        to its score) and the spans read as argument values (no evidence either way)."""
+        bank, v = self.bank, decision.verdict
+        out = {"scope_margin": (round(v.score - v.threshold, 3) if v is not None and v.score is not None else None),
+               "scope_family": v.family if v is not None else None, "top_families": [], "counted_words": [],
+               "values": []}
+        if decision.proba is not None:
+            order = np.argsort(-decision.proba)[:3]
+            out["top_families"] = [{"family": bank.address.classes_[j], "p": round(float(decision.proba[j]), 4)}
+                                   for j in order]
+        if bank.scope is not None and v is not None and v.family is not None:
+            masked = bank.scope.read([decision.request])[0]
+            out["values"] = [{"kind": k, "text": t} for k, t in masked.values]
+            out["counted_words"] = [{"word": w, "score": round(x, 3)}
+                                    for w, x in bank.scope.word_evidence(masked, v.family)]
+        return out
+
+    # -- all four, in this process ------------------------------------------------------------------
+    def plan(self, requests: Sequence[str] | str, *, shard: str | None = None, batch_size: int = 8,
+             max_new_tokens: int | None = None, constrain: bool = True, copy_values: bool = False,
+             scope: bool = True, explain: bool = False) -> list[Plan]:
+        """Check, decide, generate with the bank's Execution Memory, settle (see ``SkillBank.plan``). With
+        ``scope=False`` every request is generated, and one no family covers is still flagged ``out_of_scope``."""
+        requests = self.check(requests)
+        decisions = self.decide(requests, shard=shard)
+        run = [i for i, d in enumerate(decisions) if not (scope and d.out_of_scope)]
+        outputs: dict[int, Any] = {}
+        gen_s = 0.0
+        if run:
+            execution = self.bank.execution  # the base model loads here, on the first request that needs it
+            execution.check_lengths([requests[i] for i in run], max_new_tokens)
+            t1 = time.perf_counter()
+            outputs = dict(zip(run, execution.generate(
+                [requests[i] for i in run], [decisions[i].shard for i in run], batch_size=batch_size,
+                max_new_tokens=max_new_tokens, constrain=constrain, copy_values=copy_values)))
+            gen_s = (time.perf_counter() - t1) / len(run)
+        size = min(batch_size, len(run)) if run else 0
+        return [self.settle(d, outputs.get(i), constrained=constrain, batch_size=size if i in outputs else 0,
+                            generate_s=gen_s if i in outputs else 0.0, explain=explain)
+                for i, d in enumerate(decisions)]
+
+
+__all__ = ["Plan", "Decision", "Planner", "RequestError"]
