@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The method comparison (configs/compare.toml) plus the access-vs-execution diagnostics, as separate
 # processes into one run directory: FSM (both orders in one process, since they share one bank), every
-# other method once per order, and `skillbank diagnose`. At most JOBS processes run at once; on a GPU a
+# other method once per order, and `skillbank exp diagnose`. At most JOBS processes run at once; on a GPU a
 # 135M model leaves the device mostly idle, so many can overlap, while on a CPU use one per core with
 # one torch thread each (THREADS=1, or the config's [base] threads). Every run is resumable: rerunning the script
 # skips finished stages, so a comparison too long for one sitting is finished by running it again.
@@ -10,7 +10,7 @@
 #
 # Jobs start in the order listed in JOB_ORDER (default: FSM, then the config's other methods in its order,
 # then the diagnostics), each method's two orders next to each other so that partial results stay
-# comparable across orders. When every job has finished, `skillbank reactivate` probes the final
+# comparable across orders. When every job has finished, `skillbank exp reactivate` probes the final
 # checkpoints of LwF, EWC and O-LoRA with the correct skill address (REACTIVATE=0 skips it). Logs go
 # to RUN_DIR/logs/. After the deadline (0 = none) every process still running is stopped (its
 # finished stages stay on disk) and the report is written from what finished.
@@ -70,10 +70,10 @@ echo "processes done after $(( $(date +%s) - start )) s (stopped at deadline: $s
 if [ "$stopped" = 0 ] && [ "${REACTIVATE:-1}" = 1 ]; then
   # the paper's "w/ correct skill address" rows: LwF, EWC and O-LoRA's final checkpoints with the address
   echo "$(date +%T) start reactivate"
-  $PY -m skillbank reactivate "$RUN" --no-report >>"$RUN/logs/reactivate.log" 2>&1 || echo "reactivate failed"
+  $PY -m skillbank exp reactivate "$RUN" --no-report >>"$RUN/logs/reactivate.log" 2>&1 || echo "reactivate failed"
 fi
 for f in "$RUN"/logs/*.log; do
   if grep -q "Traceback\|^error" "$f"; then echo "== $f"; tail -5 "$f"; fi
 done
-$PY -m skillbank report "$RUN" || echo "report failed"
+$PY -m skillbank exp report "$RUN" || echo "report failed"
 echo "total $(( $(date +%s) - start )) s"

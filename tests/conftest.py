@@ -1,8 +1,15 @@
 """Shared fixtures: a tiny random Llama (seconds) with the real SmolLM2 tokenizer, and a small stream."""
+import os
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs two workers (pytest-xdist) on this project's 2-core machines: one torch thread each,
+    # or the two processes' thread pools fight over the cores and both run several times slower. Set before
+    # torch is imported, and inherited by the CLI and learner processes the tests start.
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 
 SHARED_TASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "taskbench"
 

@@ -1,6 +1,6 @@
 """Task graphs: the output contract, parsing of raw model text, and the canonical form.
 
-The contract (DESIGN.md): one JSON object with keys ``task_nodes`` then ``task_links``.
+The contract: one JSON object with keys ``task_nodes`` then ``task_links``.
 
 * ``task_nodes`` is a non-empty, topologically ordered list; each node has exactly ``task`` (a canonical
   skill id such as ``TaskBench::t1_daily_life::daily_bill_payment``) and ``arguments`` (a list of

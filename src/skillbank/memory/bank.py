@@ -1,6 +1,6 @@
 """SkillBank: Execution Memory (frozen LoRA shards on one base) + Address Memory, on disk and in memory.
 
-Layout (DESIGN.md)::
+Layout (docs/ARCHITECTURE.md)::
 
     bank/
       bank.json                  manifest: format, base model id + digest, shards in order, address state dir

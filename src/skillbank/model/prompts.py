@@ -1,6 +1,6 @@
 """The closed-book prompt: a fixed system instruction plus ``Plan the following request: <request>``.
 
-Nothing else enters the prompt -- no family label, skill name, catalog or example (DESIGN.md). The
+Nothing else enters the prompt -- no family label, skill name, catalog or example. The
 system instruction is a setting: :data:`PAPER_SYSTEM_PROMPT` is the paper's (Figure A1, ~120 tokens),
 :data:`DEFAULT_SYSTEM_PROMPT` a short one. A fine-tuned executor learns the output format from its
 targets, and on a small CPU prompt tokens dominate training cost (every example pays for them in the

@@ -1,6 +1,6 @@
 """The one training loop every method shares.
 
-A continual method differs from sequential fine-tuning only in what it adds to this loop (DESIGN.md):
+A continual method differs from sequential fine-tuning only in what it adds to this loop:
 
 * which adapter trains and which adapters are active in the forward pass (FSM and sequential SFT: one;
   Progressive-LoRA and O-LoRA: every earlier frozen adapter plus the new one, summed);
