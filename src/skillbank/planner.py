@@ -153,6 +153,14 @@ class Planner:
         return [Decision(r, name, {c: float(p) for c, p in zip(classes, row)}, v, True, route_s, row)
                 for r, name, row, v in zip(requests, names, proba, verdicts)]
 
+    def default_max_new_tokens(self) -> int:
+        """The generation cap when the caller gives none: twice the longest target any shard was trained on
+        (an output longer than that is a runaway, not a plan), at most the paper's 768."""
+        from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS
+        lengths = [s.training.get("max_target_tokens") for s in self.bank.manifest.shards]
+        lengths = [n for n in lengths if isinstance(n, int) and n > 0]
+        return min(DEFAULT_MAX_NEW_TOKENS, 2 * max(lengths)) if lengths else DEFAULT_MAX_NEW_TOKENS
+
     # -- step 4 ----------------------------------------------------------------------------------
     def settle(self, decision: Decision, output: Any = None, *, failure: str | None = None,
                constrained: bool = False, batch_size: int = 0, queue_s: float = 0.0, generate_s: float = 0.0,
@@ -220,6 +228,7 @@ class Planner:
         outputs: dict[int, Any] = {}
         gen_s = 0.0
         if run:
+            max_new_tokens = max_new_tokens or self.default_max_new_tokens()
             execution = self.bank.execution  # the base model loads here, on the first request that needs it
             execution.check_lengths([requests[i] for i in run], max_new_tokens)
             t1 = time.perf_counter()

@@ -114,7 +114,8 @@ def plan(
                                         "\"request\"} per line) when the first non-blank line starts with '{', "
                                         "else plain text: one request per non-blank line, its id the line number."),
     shard: Optional[str] = typer.Option(None, help="Force this shard instead of routing."),
-    max_new_tokens: int = typer.Option(768, help="Generation cap."),
+    max_new_tokens: Optional[int] = typer.Option(None, help="Generation cap; default: twice the longest plan the "
+                                                "shards were trained on (at most 768)."),
     batch_size: int = typer.Option(8, help="Requests generated together."),
     constrain: bool = typer.Option(True, "--constrain/--no-constrain",
                                    help="Decode with each shard's grammar (only its skills and arguments)."),

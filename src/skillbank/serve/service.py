@@ -17,7 +17,6 @@ from fastapi.responses import JSONResponse
 
 from skillbank.errors import SkillbankError
 from skillbank.planner import Decision, Planner, RequestError
-from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS
 from skillbank.serve import schemas as S
 from skillbank.serve.batcher import Batcher, QueueFull
 from skillbank.serve.config import ADMIN_TOKEN_ENV, ServeConfig
@@ -161,8 +160,7 @@ class Service:
     def default_max_new_tokens(self, snap: Snapshot) -> int:
         if self.config.max_new_tokens:
             return self.config.max_new_tokens
-        longest = snap.max_target_tokens()
-        return min(DEFAULT_MAX_NEW_TOKENS, 2 * longest) if longest else DEFAULT_MAX_NEW_TOKENS
+        return Planner(snap.bank).default_max_new_tokens()
 
     # -- the one planning path of /v1/plan and /v1/chat/completions --------------------------------
     async def plan(self, requests: list[str], *, shard: str | None, max_new_tokens: int | None,

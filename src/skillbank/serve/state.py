@@ -80,11 +80,6 @@ class Snapshot:
     def route(self, requests: list[str]) -> tuple[list[str], np.ndarray]:
         return self.bank.route(requests)
 
-    def max_target_tokens(self) -> int | None:
-        lengths = [s.training.get("max_target_tokens") for s in self.bank.manifest.shards]
-        lengths = [n for n in lengths if isinstance(n, int) and n > 0]
-        return max(lengths) if lengths else None
-
 
 def read_catalog(root: Path, entry: ShardEntry) -> dict:
     """A shard's skills.json (skill ids and, when learned with a catalog, their specs); ids only if unreadable."""
