@@ -35,6 +35,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from skillbank.cache import cache_root  # noqa: F401 - where converted models are kept
 from skillbank.errors import ModelError
 
 EMBEDDED = "embedded"
@@ -250,14 +251,6 @@ def freeze_all(model) -> Any:
     for p in model.parameters():
         p.requires_grad_(False)
     return model
-
-
-def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
-    """The skillbank cache root: ``cache_dir``, else ``$SKILLBANK_CACHE``, else ``~/.cache/skillbank``."""
-    if cache_dir:
-        return Path(cache_dir).expanduser()
-    env = os.environ.get("SKILLBANK_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "skillbank"
 
 
 def default_threads(window_s: float = 0.25) -> int:

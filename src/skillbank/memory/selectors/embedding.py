@@ -22,6 +22,7 @@ sentence-transformers does for this model.
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -53,30 +54,63 @@ def minilm_dir() -> Path:
 
 
 class SentenceEncoder:
-    """A frozen transformer encoder: mean-pooled last hidden states, L2-normalised, float32 (n, d)."""
+    """A frozen transformer encoder: mean-pooled last hidden states, L2-normalised, float32 (n, d).
 
-    def __init__(self, name: str = MINILM, max_length: int = 256, batch_size: int = 64):
+    backend: ``"auto"`` runs a local encoder through ONNX Runtime (:mod:`.encoder_runtime`: exported once and
+    cached; no torch in the process once cached, ~0.2 s to load instead of ~5 s) and anything else through
+    torch + transformers; ``"torch"`` always uses torch; ``"onnx"`` fails when ONNX Runtime cannot serve it."""
+
+    def __init__(self, name: str = MINILM, max_length: int = 256, batch_size: int = 64, backend: str = "auto"):
+        from skillbank.memory.selectors import encoder_runtime as rt
+        if backend not in ("auto", "onnx", "torch"):
+            raise SelectorError(f"encoder backend must be 'auto', 'onnx' or 'torch', got {backend!r}")
+        where = str(minilm_dir()) if name == MINILM else name
+        self.name, self.max_length, self.batch_size = name, max_length, batch_size
+        self.model = self.tokenizer = self._onnx = None
+        self._digest: str | None = None
+        # Optional memo text -> vector, for evaluations that route the same held-out requests after every
+        # prefix. Off by default: a deployed router should not hold requests, even in memory.
+        self.memo: dict[str, np.ndarray] | None = None
+        local = Path(where)
+        if backend != "torch" and rt.available() and rt.source_identity(local) is not None:
+            folder = rt.cached(local)
+            if folder is None:
+                self._load_torch(where)  # the export reads the loaded weights
+                try:
+                    folder = rt.export(local, self.model, self.digest)
+                except Exception as exc:  # noqa: BLE001 - the torch path computes the same embeddings
+                    if backend == "onnx":
+                        raise SelectorError(f"cannot export sentence encoder {name!r} to ONNX: {exc}") from exc
+                    warnings.warn(f"sentence encoder {name!r} runs through torch: its ONNX export failed ({exc})")
+            if folder is not None:
+                self._onnx = rt.OnnxEncoder(folder, local, max_length, batch_size)
+                self._digest = self._onnx.digest
+                self.dim, self.backend = self._onnx.dim, "onnx"
+                return
+        elif backend == "onnx":
+            raise SelectorError(f"sentence encoder {name!r} cannot run through ONNX Runtime: it needs onnxruntime "
+                                "and tokenizers installed and a local directory with model.safetensors and "
+                                "tokenizer.json")
+        if self.model is None:
+            self._load_torch(where)
+        self.backend = "torch"
+
+    def _load_torch(self, where: str) -> None:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
         from skillbank.model.base import quiet_transformers
-        where = str(minilm_dir()) if name == MINILM else name
         try:
             with quiet_transformers():
                 self.tokenizer = AutoTokenizer.from_pretrained(where)
                 self.model = AutoModel.from_pretrained(where).eval()
         except (OSError, ValueError) as exc:
-            raise SelectorError(f"cannot load sentence encoder {name!r} from {where}: {exc}") from exc
+            raise SelectorError(f"cannot load sentence encoder {self.name!r} from {where}: {exc}") from exc
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.model.to(self.device)
-        self.name, self.max_length, self.batch_size = name, max_length, batch_size
         self.dim = int(self.model.config.hidden_size)
-        # Optional memo text -> vector, for evaluations that route the same held-out requests after every
-        # prefix. Off by default: a deployed router should not hold requests, even in memory.
-        self.memo: dict[str, np.ndarray] | None = None
-        self._digest: str | None = None
 
     @property
     def digest(self) -> str:
@@ -97,6 +131,8 @@ class SentenceEncoder:
         return np.stack([self.memo[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
 
     def _encode(self, texts: list[str]) -> np.ndarray:
+        if self._onnx is not None:
+            return self._onnx.encode(texts)
         import torch
 
         out = np.zeros((len(texts), self.dim), dtype=np.float32)

@@ -1,0 +1,155 @@
+"""The sentence encoder without torch: its ONNX form, run by ONNX Runtime, tokenized by ``tokenizers``.
+
+Why: the scope gate and the embedding router embed every request with a small sentence encoder
+(all-MiniLM-L6-v2, 22M parameters). Through torch + transformers, a fresh process pays ~5 s before the first
+embedding (importing torch, importing transformers' BERT, loading), which is most of a cold ``skillbank plan``
+- and all of it for a request the gate refuses, which loads no base model. ONNX Runtime loads the same
+weights in ~0.2 s and embeds a short request in a few milliseconds.
+
+The ONNX file is made once per encoder from its transformers weights (``torch.onnx.export``, which needs torch
+and the ``onnx`` package, both installed with skillbank) and cached under the skillbank cache root
+(``$SKILLBANK_CACHE`` or ``~/.cache/skillbank``) in ``encoders/<key>/``. The key names the source weights
+file by path, size and modification time, and the folder's ``encoder.json`` - written last - records them
+again with the cache format, so a stale, partial or foreign folder is rebuilt, never used. ``encoder.json``
+also keeps the digest of the torch weights (what scope statistics are checked against), so the ONNX path
+reports the same digest as the torch path without loading torch.
+
+Embeddings equal the torch path's to ~1e-7 (mean pooling over the attention mask and L2 normalisation, as
+there; checked in tests/test_encoder_runtime.py).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from skillbank.cache import cache_root
+
+CACHE_FORMAT = 1
+WEIGHTS = "model.safetensors"
+
+
+def available() -> bool:
+    """ONNX Runtime and tokenizers are importable (both are skillbank dependencies; a trimmed install may lack
+    them, and then the torch path is used)."""
+    return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "tokenizers"))
+
+
+def source_identity(where: Path) -> dict | None:
+    """What names a local encoder's weights cheaply (no hashing): path, size, modification time. None when
+    ``where`` is not a local directory with safetensors weights and a fast tokenizer file."""
+    weights, tok = where / WEIGHTS, where / "tokenizer.json"
+    if not (weights.is_file() and tok.is_file()):
+        return None
+    st = weights.stat()
+    return {"format": CACHE_FORMAT, "source": str(weights.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def cache_folder(identity: dict) -> Path:
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_root() / "encoders" / key
+
+
+def cached(where: Path) -> Path | None:
+    """The cache folder of ``where``'s ONNX form when it is complete and made from these very weights."""
+    identity = source_identity(where)
+    if identity is None:
+        return None
+    folder = cache_folder(identity)
+    try:
+        meta = json.loads((folder / "encoder.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if {k: meta.get(k) for k in identity} != identity or not (folder / "model.onnx").is_file():
+        return None
+    return folder
+
+
+def export(where: Path, model, digest: str) -> Path | None:
+    """Write ``where``'s ONNX form into the cache from its loaded transformers ``model``; returns the folder,
+    or None when the source is not cacheable. Written to a temporary folder and moved into place whole."""
+    import torch
+
+    identity = source_identity(where)
+    if identity is None:
+        return None
+    folder = cache_folder(identity)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=folder.parent))
+    try:
+        class LastHidden(torch.nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, input_ids, attention_mask):
+                return self.inner(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+        ids = torch.ones(2, 8, dtype=torch.long)
+        axes = {0: "batch", 1: "tokens"}
+        with warnings.catch_warnings():  # the exporter's notes on operators it rewrites; the test checks outputs
+            warnings.simplefilter("ignore")
+            torch.onnx.export(LastHidden(model).eval(), (ids, torch.ones_like(ids)), str(tmp / "model.onnx"),
+                              input_names=["input_ids", "attention_mask"], output_names=["hidden"],
+                              dynamic_axes={"input_ids": axes, "attention_mask": axes, "hidden": axes},
+                              opset_version=17, dynamo=False)
+        (tmp / "encoder.json").write_text(json.dumps({**identity, "digest": digest}, indent=1) + "\n")
+        if folder.exists() and cached(where) is None:
+            shutil.rmtree(folder, ignore_errors=True)  # a stale or partial folder under the same key
+        try:
+            os.replace(tmp, folder)
+        except OSError:  # another process published the same export first
+            if cached(where) is None:
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+class OnnxEncoder:
+    """``encode(texts) -> (n, d)`` float32, L2-normalised mean-pooled last hidden states, from a cache folder."""
+
+    def __init__(self, folder: Path, where: Path, max_length: int, batch_size: int):
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        meta = json.loads((folder / "encoder.json").read_text())
+        self.digest = meta["digest"]
+        options = ort.SessionOptions()
+        threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+        if threads > 0:
+            options.intra_op_num_threads = threads
+        self.session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+        self.tokenizer = Tokenizer.from_file(str(where / "tokenizer.json"))
+        self.tokenizer.enable_truncation(max_length)
+        pad_id = self.tokenizer.token_to_id("[PAD]")
+        self.tokenizer.enable_padding(pad_id=pad_id if pad_id is not None else 0,
+                                      pad_token="[PAD]" if pad_id is not None else "<pad>")
+        self.batch_size = batch_size
+        self.dim = int(self.session.get_outputs()[0].shape[-1])
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths share a batch
+        for s in range(0, len(order), self.batch_size):
+            idx = order[s:s + self.batch_size]
+            enc = self.tokenizer.encode_batch([texts[i] for i in idx])
+            ids = np.array([e.ids for e in enc], dtype=np.int64)  # (b, L)
+            mask = np.array([e.attention_mask for e in enc], dtype=np.int64)  # (b, L)
+            hidden = self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]  # (b, L, d)
+            m = mask[..., None].astype(np.float32)
+            pooled = (hidden * m).sum(1) / np.maximum(m.sum(1), 1.0)
+            norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+            out[idx] = pooled / norms
+        return out

@@ -1,0 +1,47 @@
+"""The sentence encoder's ONNX Runtime form (skillbank.memory.selectors.encoder_runtime): same embeddings and
+digest as the torch path, made once and cached, a stale or partial cache rebuilt, never used."""
+import json
+
+import numpy as np
+import pytest
+
+from skillbank.memory.selectors import encoder_runtime as rt
+from skillbank.memory.selectors.embedding import SentenceEncoder, minilm_dir
+
+TEXTS = ["write a haiku about autumn leaves", "what's the weather in Lyon right now?",
+         'translate "the meeting moved to 3 pm, bring the Q3 report" into German', "x"]
+
+pytestmark = pytest.mark.skipif(not rt.available(), reason="onnxruntime / tokenizers not installed")
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SKILLBANK_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_onnx_path_embeds_as_the_torch_path_and_reports_the_same_digest(cache):
+    torch_enc = SentenceEncoder("minilm", backend="torch")
+    first = SentenceEncoder("minilm")  # exports the ONNX form (torch loaded for it), then runs it
+    assert first.backend == "onnx" and rt.cached(minilm_dir()) is not None
+    again = SentenceEncoder("minilm")  # from the cache: no torch model is loaded
+    assert again.backend == "onnx" and again.model is None
+    want = torch_enc.encode(TEXTS)
+    for enc in (first, again):
+        got = enc.encode(TEXTS)
+        assert got.shape == want.shape and got.dtype == np.float32
+        np.testing.assert_allclose(got, want, atol=1e-5)
+        assert enc.digest == torch_enc.digest
+
+
+def test_stale_or_partial_cache_is_rebuilt_not_used(cache):
+    SentenceEncoder("minilm")
+    folder = rt.cached(minilm_dir())
+    meta = json.loads((folder / "encoder.json").read_text())
+    (folder / "encoder.json").write_text(json.dumps({**meta, "size": meta["size"] + 1}))  # other weights
+    assert rt.cached(minilm_dir()) is None
+    enc = SentenceEncoder("minilm")
+    assert enc.backend == "onnx" and rt.cached(minilm_dir()) == folder
+    (folder / "encoder.json").unlink()  # an export cut short before its last write
+    assert rt.cached(minilm_dir()) is None
+    np.testing.assert_allclose(SentenceEncoder("minilm").encode(TEXTS[:1]), enc.encode(TEXTS[:1]), atol=1e-6)
