@@ -4,7 +4,7 @@ Two selectors live here, both speaking the interface of :mod:`skillbank.memory.s
 (``partial_fit``, ``predict``, ``predict_proba``, ``save``/``load``):
 
 * :class:`HashingNBAddress` - FSM's replay-free default: fixed-size hashed word n-gram counts
-  (scikit-learn's ``HashingVectorizer``) and an incremental multinomial Naive Bayes. Its state is the
+  (:mod:`skillbank.memory.hashing`, scikit-learn's ``HashingVectorizer`` features) and an incremental multinomial Naive Bayes. Its state is the
   per-class feature counts and class counts; requests are never kept.
 * :class:`TfidfLogRegAddress` - the offline reference: TF-IDF + logistic regression refitted on every
   stage's requests so far. It *keeps the requests* (that is what makes it the non-replay-free
@@ -20,10 +20,8 @@ from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.feature_extraction.text import HashingVectorizer, TfidfVectorizer
-from sklearn.linear_model import LogisticRegression
-
 from skillbank.errors import SelectorError
+from skillbank.memory.hashing import WordHasher
 from skillbank.memory.selector import Selector, check_requests
 from skillbank.memory.selector import load_selector, make_selector
 
@@ -72,8 +70,7 @@ class HashingNBAddress(Selector):
         self.lowercase = lowercase
         # alternate_sign=False: signed hashing produces negative "counts", which a multinomial NB
         # cannot take; norm=None keeps raw counts.
-        self._vectorizer = HashingVectorizer(n_features=n_features, alternate_sign=False, norm=None,
-                                             ngram_range=self.ngram_range, lowercase=lowercase)
+        self._vectorizer = WordHasher(n_features, self.ngram_range, lowercase)
         self.reset()
 
     def reset(self) -> None:
@@ -246,6 +243,9 @@ class TfidfLogRegAddress(Selector):
 
     def _refit(self) -> None:
         self.classes_ = list(dict.fromkeys(self.labels_))
+        # scikit-learn is imported here, not at the top: the plan path (hashing NB) does not need it
+        from sklearn.feature_extraction.text import TfidfVectorizer
+        from sklearn.linear_model import LogisticRegression
         self._vectorizer = TfidfVectorizer(ngram_range=self.ngram_range, sublinear_tf=self.sublinear_tf)
         X = self._vectorizer.fit_transform(self.requests_)
         if len(self.classes_) == 1:

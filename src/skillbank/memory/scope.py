@@ -67,10 +67,10 @@ from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.feature_extraction.text import HashingVectorizer
 
 from skillbank.errors import ScopeError
 from skillbank.jsonfile import read_json
+from skillbank.memory.hashing import WordHasher
 from skillbank.memory.values import MaskedRequest, ValueVocabulary, mask, mask_record
 
 READERS = ("values", "raw")
@@ -100,9 +100,9 @@ def background(n_features: int, language: str = "en") -> np.ndarray:
     return np.maximum(mass, BACKGROUND_FLOOR)
 
 
-def _vectorizer(n_features: int) -> HashingVectorizer:
+def _vectorizer(n_features: int) -> WordHasher:
     # Unigrams only: the background list has no n-grams. Same tokenizer as the router (words of 2+ chars).
-    return HashingVectorizer(n_features=n_features, alternate_sign=False, norm=None, ngram_range=(1, 1))
+    return WordHasher(n_features, (1, 1))
 
 
 def catalog_text(specs: Sequence[dict]) -> list[str]:
