@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from skillbank.cli.common import friendly_errors, out, pct
+from skillbank.cli.common import err, friendly_errors, out, pct
 
 
 # -- scoring ------------------------------------------------------------------------------------
@@ -125,6 +125,10 @@ def plan(
                                help="A request no learned family covers gets no plan (out_of_scope, reason)."),
     explain: bool = typer.Option(False, "--explain", help="Add \"explain\": the scope margin, the top families "
                                  "with their probabilities, the words that counted and the spans read as values."),
+    server: Optional[str] = typer.Option(None, "--server", help="Plan through this running `skillbank serve` (URL) "
+                                         "of the same bank. Default: the service `skillbank serve` recorded for "
+                                         "this bank, if one is running; else in this process."),
+    local: bool = typer.Option(False, "--local", help="Plan in this process even when a service serves the bank."),
 ):
     """Plan requests: route each to one shard, generate its task graph; prints one JSON object per request
     (a request no family covers: "shard": null, "out_of_scope": true and the reason)."""
@@ -132,10 +136,48 @@ def plan(
     if (request is None) == (file is None):
         raise typer.BadParameter("give exactly one of: a request argument, or --file")
     ids, requests = read_requests(file) if file is not None else ([None], [request])
-    sb = SkillBank.open(bank)
-    for rid, p in zip(ids, sb.plan(requests, shard=shard, batch_size=batch_size, max_new_tokens=max_new_tokens,
-                                      constrain=constrain, copy_values=copy_values, scope=scope, explain=explain)):
-        d = p.to_dict()
+    plans = None
+    if not local:
+        plans = _plan_by_service(bank, server, requests, shard=shard, max_new_tokens=max_new_tokens, explain=explain,
+                                 settings_default=constrain and scope and not copy_values)
+    if plans is None:
+        sb = SkillBank.open(bank)
+        plans = [p.to_dict() for p in sb.plan(requests, shard=shard, batch_size=batch_size,
+                                              max_new_tokens=max_new_tokens, constrain=constrain,
+                                              copy_values=copy_values, scope=scope, explain=explain)]
+    for rid, d in zip(ids, plans):
         if rid is not None:
             d = {"id": rid, **d}
         print(json.dumps(d, ensure_ascii=False))
+
+
+def _plan_by_service(bank: Path, server: str | None, requests: list[str], *, shard, max_new_tokens, explain,
+                     settings_default: bool) -> list[dict] | None:
+    """The plans from a running service of this bank (skillbank.serve.registry), or None to plan here. An
+    explicit ``--server`` that cannot serve is an error; a recorded one is reported on stderr and skipped."""
+    from skillbank.memory.bank import read_manifest
+    from skillbank.serve import registry
+    explicit = server is not None
+    if not explicit:
+        found = registry.lookup(bank)
+        if found is None:
+            return None
+        server = found["url"]
+    if not settings_default:  # the service decodes with its own settings
+        if explicit:
+            raise typer.BadParameter("--no-constrain, --copy-values and --no-scope apply in this process only; "
+                                     "drop --server or add --local")
+        return None
+    shards = sorted(s.name for s in read_manifest(bank).shards)
+    try:
+        served = registry.served_shards(server)
+        if served != shards:
+            raise registry.RemoteError(f"the service at {server} serves shards {served}, not this bank's {shards}")
+        plans = registry.plan_remote(server, requests, shard=shard, max_new_tokens=max_new_tokens, explain=explain)
+    except registry.RemoteError as exc:
+        if explicit:
+            raise
+        err.print(f"skillbank: {exc}; planning in this process", highlight=False)
+        return None
+    err.print(f"skillbank: planned by the service at {server}", highlight=False)
+    return plans

@@ -87,7 +87,13 @@ def serve(
     err.print(f"serving {bank} on http://{host}:{port} ({'upstream ' + upstream if upstream else 'local model'}, "
               f"{'batching up to ' + str(max_batch) if not no_batching else 'no batching'}; "
               f"learning over HTTP {'on' if cfg.admin_token else 'off'})", highlight=False)
-    uvicorn.run(application, host=host, port=port, log_level=log_level, **cfg.uvicorn_options())
+    from skillbank.serve import registry
+    # `skillbank plan` in another shell asks this service instead of loading the model itself
+    registry.register(bank, f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}")
+    try:
+        uvicorn.run(application, host=host, port=port, log_level=log_level, **cfg.uvicorn_options())
+    finally:
+        registry.unregister(bank)
 
 
 @friendly_errors
