@@ -784,3 +784,20 @@ def test_export_vllm_bounds_lora_slots_for_large_banks(bank_dir, monkeypatch):
     plan = vllm.vllm_plan(bank_dir, base="some/base")
     assert plan.max_loras == 1 and plan.max_cpu_loras == 2 and "1 GPU slots" in plan.notes[0]
     assert "--max-loras 1 --max-cpu-loras 2" in plan.shell()
+
+
+def test_explain_over_http_is_the_librarys(scoped_client, small_stream):
+    """`explain: true` adds what `skillbank plan --explain` prints, for a refused and a planned request alike;
+    a plan has the same keys over HTTP as Plan.to_dict() (one result type)."""
+    client = scoped_client
+    svc = service_of(client.app)
+    k1 = small_stream.family_keys[0]
+    reqs = [OFF_DOMAIN[0], requests_of(small_stream, k1)[0]]
+    plans = client.post("/v1/plan", json={"request": reqs, "explain": True}).json()["plans"]
+    refs = svc.snapshot.bank.plan(reqs, max_new_tokens=MAX_NEW, explain=True)
+    for p, ref in zip(plans, refs):
+        assert set(p) == set(ref.to_dict())
+        assert p["explain"] == ref.explain
+        assert {"scope_margin", "scope_family", "top_families", "counted_words", "values"} <= set(p["explain"])
+        assert p["explain"]["scope_margin"] == p["confidence"]["scope_margin"]
+    assert client.post("/v1/plan", json={"request": reqs[0]}).json()["plans"][0]["explain"] is None

@@ -512,13 +512,12 @@ class ScopeDetector:
             raise ScopeError(f"scope detector has no family {label!r}")
         m = self._as_masked([request])[0]
         text = self._texts([m])[0][0]
-        analyzer = self._vec.build_analyzer()
         c = self.classes_.index(label)
         fam = self.counts_[c].toarray().ravel()
         total = max(fam.sum(), 1e-300)
         out = {}
-        for word in analyzer(text):
-            j = int(self._vec.transform([word]).indices[0])
+        for word in self._vec.ngrams(text):
+            j = self._vec.index(word)
             out[word] = float(np.log(self.lam * fam[j] / total / float(self.background_[j]) + 1 - self.lam))
         return sorted(out.items(), key=lambda t: -t[1])
 
