@@ -1,0 +1,87 @@
+"""What the scope gate costs in plans: graph EM on hand-written in-domain requests with the gate on vs off.
+
+One generation pass per request with the gate off (``scope=False``: every request is planned, and the gate's
+verdict is still reported); "gate on" is the same plans with every request the gate refuses counted as a
+miss, which is exactly what a user with the gate on gets (greedy decoding: a kept request is planned the
+same either way). Requests: the frozen test set ``tests/fixtures/users_indomain.jsonl`` and the older
+hand-written development sets, each reported on its own.
+
+    .venv/bin/python bench/gate_em.py --bank runs/demo/methods/fsm/bank
+    .venv/bin/python bench/gate_em.py --make runs/gate-bank     # first learn the five built-in families
+                                                                # with the demo's recipe (about 30 min here)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
+SETS = {"users_indomain (frozen test)": ["users_indomain"],
+        "paraphrase_builtin* (development)": ["paraphrase_builtin", "paraphrase_builtin_holdout",
+                                              "paraphrase_builtin_short"]}
+
+
+def make_bank(path: Path) -> None:
+    from skillbank.config import RunConfig, packaged_config
+    from skillbank.data.builtin import build_builtin_stream
+    from skillbank.memory.bank import SkillBank
+    from skillbank.model.base import load_base
+
+    run = RunConfig.from_toml(packaged_config("demo"))
+    stream = build_builtin_stream(seed=run.stream.seed, train_per_family=run.stream.train_per_family,
+                                  test_per_family=run.stream.test_per_family)
+    bank = SkillBank.create(path, base=load_base(run.base_config()))
+    for family in stream.family_keys:
+        t0 = time.perf_counter()
+        bank.learn(family, stream.train[family], run.train_config(), catalog=stream.catalog)
+        print(f"learned {family} in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bank", type=Path, help="an existing bank of the five built-in families")
+    ap.add_argument("--make", type=Path, help="make the bank here first (the demo's recipe)")
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args()
+    if (args.bank is None) == (args.make is None):
+        ap.error("give exactly one of --bank, --make")
+    if args.make is not None:
+        make_bank(args.make)
+        args.bank = args.make
+
+    from skillbank.data.records import Record
+    from skillbank.graph import TaskGraph
+    from skillbank.memory.bank import SkillBank
+    from skillbank.metrics import score_example
+
+    bank = SkillBank.open(args.bank)
+    report = {"bank": str(args.bank)}
+    for name, files in SETS.items():
+        records = [Record.from_dict(json.loads(line)) for f in files
+                   for line in (FIXTURES / f"{f}.jsonl").read_text().splitlines() if line.strip()]
+        records = [r for r in records if r.family in bank.shard_names]
+        t0 = time.perf_counter()
+        plans = bank.plan([r.request for r in records], scope=False, batch_size=args.batch_size)
+        seconds = time.perf_counter() - t0
+        em = [score_example(r.graph, TaskGraph.from_dict(p.graph) if p.graph else None).graph_em
+              for r, p in zip(records, plans)]
+        kept = [not p.out_of_scope for p in plans]
+        off = 100 * sum(em) / len(em)
+        on = 100 * sum(e for e, k in zip(em, kept) if k) / len(em)
+        lost = sum(1 for e, k in zip(em, kept) if e and not k)
+        row = {"n": len(records), "em_gate_off": round(off, 1), "em_gate_on": round(on, 1),
+               "kept": round(100 * sum(kept) / len(kept), 1), "correct_plans_refused": lost,
+               "route_acc": round(100 * sum(p.shard == r.family for p, r in zip(plans, records)) / len(records), 1),
+               "seconds": round(seconds, 1)}
+        report[name] = row
+        print(f"{name}: n={row['n']}  EM gate off {off:.1f}  gate on {on:.1f}  (kept {row['kept']}%, "
+              f"{lost} correct plans refused; routed to the right family {row['route_acc']}%)", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
