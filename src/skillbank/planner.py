@@ -21,14 +21,31 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 import numpy as np
 
 from skillbank.errors import BankError, RecordError
 
 if TYPE_CHECKING:
-    from skillbank.memory.bank import ScopeVerdict, SkillBank
+    from skillbank.memory.scope import ScopeVerdict
+
+
+class Bank(Protocol):
+    """What the planner reads of a bank (:class:`skillbank.memory.bank.SkillBank` is one): the planner sits
+    below the bank, which hands itself over in ``SkillBank.plan``."""
+
+    manifest: Any  # its shard entries (the generation cap reads their training summaries)
+    address: Any  # the Address Memory (classes_)
+    scope: Any  # the scope statistics, or None
+    execution: Any  # the Execution Memory, loaded on first use
+
+    @property
+    def shard_names(self) -> list[str]: ...
+
+    def route(self, requests: Sequence[str]) -> tuple[list[str], np.ndarray]: ...
+
+    def check_scope(self, requests: Sequence[str]) -> list["ScopeVerdict"]: ...
 
 
 class RequestError(RecordError):
@@ -110,7 +127,7 @@ class Decision:
 class Planner:
     """The planning steps over one bank (see the module docstring)."""
 
-    def __init__(self, bank: "SkillBank"):
+    def __init__(self, bank: Bank):
         self.bank = bank
 
     # -- step 1 ----------------------------------------------------------------------------------
@@ -137,7 +154,6 @@ class Planner:
     def decide(self, requests: Sequence[str], *, shard: str | None = None, scope: bool = True) -> list[Decision]:
         """Route each request (or force ``shard``) and, with ``scope``, check whether a learned family covers
         it; needs no model."""
-        from skillbank.memory.bank import ScopeVerdict
         bank = self.bank
         t0 = time.perf_counter()
         if shard is not None:

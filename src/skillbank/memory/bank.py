@@ -35,7 +35,7 @@ from skillbank.jsonfile import read_json
 from skillbank.memory.address import HashingNBAddress, Selector, load_selector, make_selector
 from skillbank.memory.lineage import descendants as lineage_descendants
 from skillbank.memory.lineage import fresh, lineage_of, resolve_start, weights_digest
-from skillbank.memory.scope import ScopeDetector, catalog_text, fit_inputs
+from skillbank.memory.scope import ScopeDetector, ScopeVerdict, catalog_text, fit_inputs
 from skillbank.memory.selector import selector_class
 from skillbank.memory.shard_files import dir_digests, shard_file_problems
 from skillbank.planner import Plan  # noqa: F401 - the result type, re-exported where it used to live
@@ -760,17 +760,6 @@ def bank_info(path: str | Path, *, verify: bool = False) -> dict:
 
 
 FAMILY_EXPORT_FORMAT = 1
-
-
-@dataclass(frozen=True)
-class ScopeVerdict:
-    """Whether a learned family covers a request; ``in_scope`` is None when the bank cannot tell."""
-
-    in_scope: bool | None
-    score: float | None
-    threshold: float | None
-    family: str | None  # the family whose words explain the request best
-    reason: str | None
 
 
 def load_scope(root: Path, manifest: Manifest) -> ScopeDetector | None:

@@ -61,6 +61,7 @@ training scores sit among off-domain ones, so a larger ``quantile`` suits such f
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
@@ -99,6 +100,17 @@ def background(n_features: int, language: str = "en") -> np.ndarray:
     mass /= mass.sum()
     return np.maximum(mass, BACKGROUND_FLOOR)
 
+
+
+@dataclass(frozen=True)
+class ScopeVerdict:
+    """Whether a learned family covers a request; ``in_scope`` is None when the bank cannot tell."""
+
+    in_scope: bool | None
+    score: float | None
+    threshold: float | None
+    family: str | None  # the family whose words explain the request best
+    reason: str | None
 
 def _vectorizer(n_features: int) -> WordHasher:
     # Unigrams only: the background list has no n-grams. Same tokenizer as the router (words of 2+ chars).
