@@ -373,7 +373,7 @@ def test_batcher_drops_cancelled_jobs_before_generation():
         b = Batcher(engine, max_batch=8, window_s=0.05, queue_size=8)
         b.start()
         loop = asyncio.get_running_loop()
-        jobs = [Job(r, "s", None, {}, 0.0, 4, loop.create_future()) for r in ("a", "b", "c")]
+        jobs = [Job(r, "s", None, 4, loop.create_future()) for r in ("a", "b", "c")]
         b.submit(jobs)
         jobs[1].cancelled = True
         out = await asyncio.gather(jobs[0].future, jobs[2].future)

@@ -465,7 +465,7 @@ def test_fair_admission_caps_the_batch_only_while_clients_share_it():
         b.start()
 
         def jobs(client, n):
-            return [Job("r", "s", None, {}, 0.0, 4, loop.create_future(), client=client) for _ in range(n)]
+            return [Job("r", "s", None, 4, loop.create_future(), client=client) for _ in range(n)]
         b.submit(jobs("flood", 30))
         await settle()
         alone = engine.clients()

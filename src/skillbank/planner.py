@@ -123,6 +123,12 @@ class Decision:
     def out_of_scope(self) -> bool:
         return self.verdict is not None and self.verdict.in_scope is False
 
+    @property
+    def scope_margin(self) -> float | None:
+        """Scope score minus threshold (< 0: out of scope); None when not checked or nothing to score."""
+        v = self.verdict
+        return round(v.score - v.threshold, 3) if v is not None and v.score is not None else None
+
 
 class Planner:
     """The planning steps over one bank (see the module docstring)."""
@@ -189,9 +195,7 @@ class Planner:
         timings = {"queue_ms": 1000 * queue_s, "route_ms": 1000 * d.route_s, "generate_ms": 1000 * generate_s,
                    "total_ms": 1000 * total_s}
         v = d.verdict
-        confidence = {"route": round(d.probabilities[d.shard], 4),
-                      "scope_margin": round(v.score - v.threshold, 3) if v is not None and v.score is not None
-                      else None,
+        confidence = {"route": round(d.probabilities[d.shard], 4), "scope_margin": d.scope_margin,
                       "executor_logprob": None}
         why = self.explain(d) if explain else None
         if d.out_of_scope and output is None and failure is None:
@@ -207,8 +211,8 @@ class Planner:
             confidence["executor_logprob"] = logprob
         # Generated although out of scope (the caller turned refusal off): planned, and still flagged.
         return Plan(d.request, d.shard, d.routed, d.probabilities, d.out_of_scope,
-                    v.reason if d.out_of_scope else None, confidence=confidence, valid=graph is not None, constrained=constrained,
-                    graph=graph.canonical().to_dict() if graph is not None else None,
+                    v.reason if d.out_of_scope else None, confidence=confidence, valid=graph is not None,
+                    constrained=constrained, graph=graph.canonical().to_dict() if graph is not None else None,
                     error=None if graph is not None else output.parsed.error, raw=output.text,
                     tokens=output.n_tokens, truncated=not output.stopped, batch_size=batch_size, timings=timings,
                     mean_logprob=logprob, explain=why)
@@ -218,8 +222,7 @@ class Planner:
         probability, the words that counted for the family the scope statistics chose (with what each adds
         to its score) and the spans read as argument values (no evidence either way)."""
         bank, v = self.bank, decision.verdict
-        out = {"scope_margin": (round(v.score - v.threshold, 3) if v is not None and v.score is not None else None),
-               "scope_family": v.family if v is not None else None, "top_families": [], "counted_words": [],
+        out = {"scope_margin": decision.scope_margin, "scope_family": v.family if v is not None else None, "top_families": [], "counted_words": [],
                "values": []}
         if decision.proba is not None:
             order = np.argsort(-decision.proba)[:3]

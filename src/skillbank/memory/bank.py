@@ -151,13 +151,13 @@ class SkillBank:
     """A bank of frozen executor shards plus the Address Memory that routes to them."""
 
     def __init__(self, root: Path, manifest: Manifest, execution, address: Selector | None,
-                 scope: ScopeDetector | None = None, *, load_execution=None):
+                 scope: ScopeDetector | None = None):
         self.root = root
         self.manifest = manifest
         self._execution = execution  # skillbank.memory.execution.ExecutionMemory, once loaded
-        # Called on first use of ``execution``: routing and the scope check need no model, so a bank opened
-        # without a base loads it only when a request is generated or a family trained.
-        self._load_execution = load_execution
+        # Set by ``open``, called on first use of ``execution``: routing and the scope check need no model, so
+        # a bank opened without a base loads it only when a request is generated or a family trained.
+        self._load_execution = None
         self.address = address
         self.scope = scope  # out-of-scope detection; None in banks learned before it existed (see fit_scope)
 
@@ -168,14 +168,6 @@ class SkillBank:
             self._execution = self._load_execution()
             self._load_execution = None
         return self._execution
-
-    @execution.setter
-    def execution(self, value) -> None:
-        self._execution, self._load_execution = value, None
-
-    @property
-    def model_loaded(self) -> bool:
-        return self._execution is not None
 
     @property
     def planner(self):
@@ -382,7 +374,7 @@ class SkillBank:
                 shutil.copytree(imported["dir"], staging)
                 summary = json.loads((staging / "training.json").read_text())
                 if self._execution is not None:
-                    self.execution.attach(family, staging, imported["entry"])
+                    self._execution.attach(family, staging, imported["entry"])
             else:
                 if pretrained is not None:
                     summary = self.execution.load_trained(family, pretrained)
@@ -422,7 +414,7 @@ class SkillBank:
         except BaseException:
             # Nothing is published: drop the in-memory adapter and the half-written files.
             if self._execution is not None:
-                self.execution.detach(family)
+                self._execution.detach(family)
             shutil.rmtree(staging, ignore_errors=True)
             shutil.rmtree(self.root / shard_rel, ignore_errors=True)
             if old_entry is not None and self._execution is not None:
@@ -444,9 +436,9 @@ class SkillBank:
         for e in dropped:
             shutil.rmtree(self.root / e.dir, ignore_errors=True)
             if self._execution is not None:
-                self.execution.detach(e.name)
+                self._execution.detach(e.name)
         if self._execution is not None:
-            self.execution.register(family, self.root / shard_rel, entry)
+            self._execution.register(family, self.root / shard_rel, entry)
         return entry
 
     def _address_copy(self) -> tuple[Selector, "ScopeDetector | None"]:
@@ -616,7 +608,7 @@ class SkillBank:
             shutil.rmtree(self.root / e.dir, ignore_errors=True)
         if self._execution is not None:
             for name in gone:
-                self.execution.detach(name)
+                self._execution.detach(name)
         return entry
 
     def relearn(self, family: str, records, train_config=None, *, catalog=None,

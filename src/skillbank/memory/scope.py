@@ -101,7 +101,6 @@ def background(n_features: int, language: str = "en") -> np.ndarray:
     return np.maximum(mass, BACKGROUND_FLOOR)
 
 
-
 @dataclass(frozen=True)
 class ScopeVerdict:
     """Whether a learned family covers a request; ``in_scope`` is None when the bank cannot tell."""
@@ -111,6 +110,7 @@ class ScopeVerdict:
     threshold: float | None
     family: str | None  # the family whose words explain the request best
     reason: str | None
+
 
 def _vectorizer(n_features: int) -> WordHasher:
     # Unigrams only: the background list has no n-grams. Same tokenizer as the router (words of 2+ chars).

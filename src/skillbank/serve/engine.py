@@ -42,8 +42,6 @@ class Job:
     request: str
     shard: str
     entry: ShardEntry
-    probabilities: dict[str, float]
-    route_s: float
     max_new_tokens: int
     future: asyncio.Future
     prompt_tokens: int = 0

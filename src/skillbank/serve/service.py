@@ -181,14 +181,17 @@ class Service:
                                param=param)
         if not requests:
             raise ServiceError(422, "no requests given: send a string or a non-empty list", param=param)
+        def where_(i: int) -> str:  # how an error names request i: the field itself, or its list element
+            return param if len(requests) == 1 else f"{param}[{i}]"
+
         try:
             requests = Planner.check(requests)
         except RequestError as exc:
-            where = param if len(requests) == 1 else f"{param}[{exc.index}]"
+            where = where_(exc.index)
             raise ServiceError(422, str(exc).replace(f"request {exc.index}", where, 1), param=where) from None
         for i, r in enumerate(requests):
             if len(r) > cfg.max_request_chars:
-                where = param if len(requests) == 1 else f"{param}[{i}]"
+                where = where_(i)
                 raise ServiceError(413, f"{where} is {len(r)} characters long, the limit is {cfg.max_request_chars}",
                                    param=where)
         client = client_of(http)
@@ -234,11 +237,11 @@ class Service:
             entry = snap.entry(q.shard)
             n_prompt = self.engine.prompt_tokens(q.request, entry)
             if limit and n_prompt + mnt > limit:
-                where = param if len(requests) == 1 else f"{param}[{i}]"
+                where = where_(i)
                 raise ServiceError(413, f"{where} is too long: {n_prompt} prompt tokens + {mnt} generation tokens "
                                         f"exceed the base model's context of {limit} tokens", param=where)
-            q.job = Job(q.request, q.shard, entry, q.decision.probabilities, q.decision.route_s, mnt, loop.create_future(),
-                        prompt_tokens=n_prompt, grammar=rule, client=client)
+            q.job = Job(q.request, q.shard, entry, mnt, loop.create_future(), prompt_tokens=n_prompt, grammar=rule,
+                        client=client)
             jobs.append(q.job)
         for q in planned:
             if q.out_of_scope:

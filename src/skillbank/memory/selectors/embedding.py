@@ -83,6 +83,7 @@ class SentenceEncoder:
                         raise SelectorError(f"cannot export sentence encoder {name!r} to ONNX: {exc}") from exc
                     warnings.warn(f"sentence encoder {name!r} runs through torch: its ONNX export failed ({exc})")
             if folder is not None:
+                self.model = self.tokenizer = None  # loaded only to export: the ONNX form runs from now on
                 self._onnx = rt.OnnxEncoder(folder, local, max_length, batch_size)
                 self._digest = self._onnx.digest
                 self.dim, self.backend = self._onnx.dim, "onnx"
