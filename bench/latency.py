@@ -4,7 +4,8 @@ One run reports, for hand-written requests (tests/fixtures/paraphrase_builtin*.j
 
 - cold start, each in a fresh process: importing what ``plan`` needs, and ``skillbank plan BANK "..."`` end to
   end (wall time, as ``/usr/bin/time`` would give it);
-- in this process: ``SkillBank.open``, the first plan (shard load, grammar library, first compile), then
+- in this process, for each plan engine (llama.cpp on the embedded GGUF, and the torch reference; ``--engines``):
+  ``SkillBank.open``, the first plan (model and shard load, grammar library, first compile), then
   batch-1 plan latency p50/p90 and tokens/s, and the aggregate tokens/s of batches of 8 and 16 (three
   batches' worth of requests each, so finished rows are refilled as in a busy planner), each with the grammar
   on and off; an out-of-scope request's latency (tests/fixtures/offdomain.jsonl);
@@ -25,7 +26,8 @@ same per token whatever it learned, and the grammar keeps its outputs well-forme
 
     .venv/bin/python bench/latency.py [--bank runs/demo/methods/fsm/bank] [--threads 2] [--json out.json]
 
-llama.cpp is not a dependency (building it takes long on a small CPU): ``pip install -e ".[bench]"``.
+llama.cpp comes with the ``fast`` extra (``make install`` builds it); without it only the torch engine is timed
+and the llama.cpp reference says it is missing.
 """
 from __future__ import annotations
 
@@ -55,6 +57,8 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32", help="The base's dtype in memory (BaseModelConfig.dtype).")
     ap.add_argument("--hf-dtypes", default="float32,bfloat16", help="Dtypes of the transformers reference.")
     ap.add_argument("--skip", default="", help="Comma-separated parts to skip: cold,batch,hf,llama.")
+    ap.add_argument("--engines", default=None, help="Comma-separated plan engines to time in process "
+                    "(llama.cpp, torch); default: both where llama.cpp is installed, else torch.")
     ap.add_argument("--json", type=Path, help="Also write every figure to this file.")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -74,7 +78,12 @@ def main() -> None:
         requests = bank_requests(args.bank)
         if "cold" not in skip:
             report["cold"] = cold_start(args.bank, requests[0], args.threads)
-        report.update(warm(args, requests, skip))
+        engines = (args.engines.split(",") if args.engines else
+                   (["llama.cpp", "torch"] if _llama_installed() else ["torch"]))
+        report["engines"] = {}
+        for i, engine in enumerate(engines):
+            say(f"-- engine {engine} --")
+            report["engines"][engine] = warm(args, requests, skip | ({"hf", "llama"} if i else set()), engine)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -143,32 +152,39 @@ def _offdomain() -> list[str]:
 
 
 # -- in this process ------------------------------------------------------------------------------------
-def warm(args, requests: list[str], skip: set) -> dict:
-    t0 = time.perf_counter()
-    import torch
+def _llama_installed() -> bool:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
+
+def warm(args, requests: list[str], skip: set, engine: str) -> dict:
+    """One engine in this process (the first plan is the engine's first: its model loads there)."""
+    t0 = time.perf_counter()
     from skillbank.memory.bank import SkillBank
     import_s = time.perf_counter() - t0
-    if args.threads:
-        torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     if args.dtype == "float32":
-        bank = SkillBank.open(args.bank)
+        bank = SkillBank.open(args.bank, engine=engine, threads=args.threads)
     else:
         from skillbank.model.base import BaseModelConfig
         name = json.loads((args.bank / "bank.json").read_text())["base"]["name"]
-        bank = SkillBank.open(args.bank, base_config=BaseModelConfig(name=name, dtype=args.dtype))
+        bank = SkillBank.open(args.bank, base_config=BaseModelConfig(name=name, dtype=args.dtype), engine=engine,
+                              threads=args.threads)
     open_s = time.perf_counter() - t0
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    threads = torch.get_num_threads()
     cap = args.max_new_tokens
     t0 = time.perf_counter()
     first = bank.plan([requests[0]], batch_size=1, max_new_tokens=cap)[0]  # as `skillbank plan` does it
     first_s = time.perf_counter() - t0
-    say(f"in process ({threads} threads, {args.dtype}): import {import_s:.2f} s, SkillBank.open {open_s:.2f} s, "
-        f"first plan {first_s:.2f} s ({first.n_tokens} tokens)")
-    out: dict = {"threads": threads, "import_s": round(import_s, 2), "open_s": round(open_s, 2),
+    import torch  # (after the first plan: the llama.cpp engine does not need it)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = getattr(bank.engine, "threads", None) or torch.get_num_threads()
+    say(f"in process, engine {engine} ({threads} threads, {args.dtype}): import {import_s:.2f} s, "
+        f"SkillBank.open {open_s:.2f} s, first plan {first_s:.2f} s ({first.n_tokens} tokens)")
+    out: dict = {"engine": engine, "threads": threads, "import_s": round(import_s, 2), "open_s": round(open_s, 2),
                  "first_plan_s": round(first_s, 2)}
 
     batch1 = (requests * ((args.requests + len(requests) - 1) // len(requests)))[:args.requests]
@@ -224,6 +240,7 @@ def warm(args, requests: list[str], skip: set) -> dict:
 
     out["token_counts"] = [counts[r] for r in dict.fromkeys(batch1)]
     shard = bank.route(requests[:1])[0][0]
+    threads = torch.get_num_threads() if args.threads is None else args.threads
     if "hf" not in skip or "llama" not in skip:
         merged = merged_model(bank, shard)
         entry = bank.execution.shards[shard]
@@ -343,39 +360,49 @@ def llama_reference(bank, prompts: list[tuple[list[int], int]], threads: int) ->
     return out
 
 
-def ratios(r: dict) -> list[str]:
-    """The issue's targets, as measured."""
+def ratios(report: dict) -> list[str]:
+    """The issue's targets, as measured, per engine."""
     lines = ["ratios (target in brackets):"]
+    engines = report.get("engines", {})
+    refs: dict = {}
+    for row in engines.values():
+        refs.update({k: v for k, v in row.items() if k in ("llama_cpp", "hf_float32", "hf_bfloat16") and v})
 
-    def tps(key: str, field: str = "tokens_per_s") -> float | None:
-        return (r.get(key) or {}).get(field)
+    def ref(key: str, field: str) -> float | None:
+        return (refs.get(key) or {}).get(field)
 
-    llama = tps("llama_cpp", "batch1_tokens_per_s")
-    hf = max(filter(None, [tps("hf_float32", "batch16_tokens_per_s"), tps("hf_bfloat16", "batch16_tokens_per_s")]),
+    llama = ref("llama_cpp", "batch1_tokens_per_s")
+    hf = max(filter(None, [ref("hf_float32", "batch16_tokens_per_s"), ref("hf_bfloat16", "batch16_tokens_per_s")]),
              default=None)
-    b1, b16, b16f = tps("batch1_grammar"), tps("batch16_grammar"), tps("batch16_free")
-    if llama and b1:
-        lines.append(f"  batch-1 plan time / llama.cpp's: {llama / b1:.2f}x  [<= 1.0x]")
-    if llama and b16:
-        lines.append(f"  batch-16 tokens/s / llama.cpp batch-1: {b16 / llama:.2f}x  [>= 1.5x]")
-    hf_same = max(filter(None, [tps("hf_float32", "batch16_same_counts_tokens_per_s"),
-                                tps("hf_bfloat16", "batch16_same_counts_tokens_per_s")]), default=None)
-    if hf and b16:
-        lines.append(f"  batch-16 tokens/s / transformers generate batch-16, rows of uniform length (best dtype): "
-                     f"{b16 / hf:.2f}x  [>= 1.0x]")
-    if hf_same and b16:
-        lines.append(f"  batch-16 tokens/s / transformers generate batch-16, the same token counts (best dtype): "
-                     f"{b16 / hf_same:.2f}x  [>= 1.0x]")
-    if b16 and b16f:
-        lines.append(f"  constrained / free, batch 16: {b16 / b16f:.2f}x  [>= 0.95x]")
-    if b1 and tps("batch1_free"):
-        lines.append(f"  constrained / free, batch 1: {b1 / tps('batch1_free'):.2f}x")
-    if r.get("cold"):
-        lines.append(f"  cold `skillbank plan`: {r['cold']['cli_plan_s']:.2f} s  [<= 3 s]")
-        if r["cold"].get("cli_out_of_scope_s") is not None:
-            lines.append(f"  cold out-of-scope `skillbank plan`: {r['cold']['cli_out_of_scope_s']:.2f} s  [<= 1 s]")
-    if r.get("out_of_scope_p50_s") is not None:
-        lines.append(f"  out-of-scope plan, warm: {r['out_of_scope_p50_s']:.3f} s  [<= 1 s]")
+    hf_same = max(filter(None, [ref("hf_float32", "batch16_same_counts_tokens_per_s"),
+                                ref("hf_bfloat16", "batch16_same_counts_tokens_per_s")]), default=None)
+    for engine, r in engines.items():
+        def tps(key: str) -> float | None:
+            return (r.get(key) or {}).get("tokens_per_s")
+
+        b1, b16, b16f = tps("batch1_grammar"), tps("batch16_grammar"), tps("batch16_free")
+        lines.append(f" engine {engine}:")
+        if llama and b1:
+            lines.append(f"  batch-1 plan time / llama.cpp's (same prompts, same token counts; grammar and LoRA "
+                         f"on ours only): {llama / b1:.2f}x  [<= 1.0x]")
+        if llama and b16:
+            lines.append(f"  batch-16 tokens/s / llama.cpp batch-1: {b16 / llama:.2f}x  [>= 1.5x]")
+        if hf and b16:
+            lines.append(f"  batch-16 tokens/s / transformers generate batch-16, rows of uniform length (best "
+                         f"dtype): {b16 / hf:.2f}x  [>= 1.0x]")
+        if hf_same and b16:
+            lines.append(f"  batch-16 tokens/s / transformers generate batch-16, the same token counts (best "
+                         f"dtype): {b16 / hf_same:.2f}x  [>= 1.0x]")
+        if b16 and b16f:
+            lines.append(f"  constrained / free, batch 16: {b16 / b16f:.2f}x  [>= 0.95x]")
+        if b1 and tps("batch1_free"):
+            lines.append(f"  constrained / free, batch 1: {b1 / tps('batch1_free'):.2f}x  [>= 0.95x]")
+        if r.get("out_of_scope_p50_s") is not None:
+            lines.append(f"  out-of-scope plan, warm: {r['out_of_scope_p50_s']:.3f} s  [<= 1 s]")
+    if report.get("cold"):
+        lines.append(f" cold `skillbank plan` (default engine): {report['cold']['cli_plan_s']:.2f} s  [<= 3 s]")
+        if report["cold"].get("cli_out_of_scope_s") is not None:
+            lines.append(f" cold out-of-scope `skillbank plan`: {report['cold']['cli_out_of_scope_s']:.2f} s  [<= 1 s]")
     return lines
 
 

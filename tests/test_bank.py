@@ -169,5 +169,7 @@ def test_real_embedded_model_learns_and_plans(tmp_path, small_stream):
     request = small_stream.test[key][0].request
     [plan] = bank.plan([request], max_new_tokens=12)
     assert plan.shard == key and plan.raw is not None and (plan.graph is None) == (plan.error is not None)
-    reopened = SkillBank.open(tmp_path / "bank")  # loads the embedded base by name, checks its digest
+    # loads the embedded base by name, checks its digest (the torch engine: the one that planned above; the
+    # llama.cpp engine is tested in tests/test_llamacpp.py)
+    reopened = SkillBank.open(tmp_path / "bank", engine="torch")
     assert reopened.plan([request], max_new_tokens=12)[0].raw == plan.raw

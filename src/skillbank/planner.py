@@ -6,8 +6,9 @@ A request goes through four steps:
 2. **decide** - the Address Memory routes it to one shard (or the caller forces one) and the scope statistics
    say whether any learned family covers it (:meth:`Planner.decide`). Neither needs the base model, so an
    out-of-scope request is answered without loading it;
-3. **generate** - the chosen executor writes the task graph. In-process that is
-   :meth:`ExecutionMemory.generate <skillbank.memory.execution.ExecutionMemory.generate>`; the service instead
+3. **generate** - the chosen executor writes the task graph. In-process that is the bank's engine: llama.cpp on
+   the embedded GGUF (:class:`~skillbank.memory.execution_llamacpp.LlamaCppExecution`) where it can serve the bank,
+   else :meth:`ExecutionMemory.generate <skillbank.memory.execution.ExecutionMemory.generate>`; the service instead
    queues the request for its continuous batch (``skillbank.serve.engine``), which decodes with the same
    :class:`~skillbank.model.decode.RowBatch`;
 4. **settle** - the output is parsed and the :class:`Plan` built (:meth:`Planner.settle`).
@@ -39,6 +40,7 @@ class Bank(Protocol):
     address: Any  # the Address Memory (classes_)
     scope: Any  # the scope statistics, or None
     execution: Any  # the Execution Memory, loaded on first use
+    engine: Any  # what generates plans: the Execution Memory or the llama.cpp engine (same generate/check_lengths)
 
     @property
     def shard_names(self) -> list[str]: ...
@@ -248,10 +250,10 @@ class Planner:
         gen_s = 0.0
         if run:
             max_new_tokens = max_new_tokens or self.default_max_new_tokens()
-            execution = self.bank.execution  # the base model loads here, on the first request that needs it
-            execution.check_lengths([requests[i] for i in run], max_new_tokens)
+            engine = self.bank.engine  # the model loads here, on the first request that needs it
+            engine.check_lengths([requests[i] for i in run], max_new_tokens)
             t1 = time.perf_counter()
-            outputs = dict(zip(run, execution.generate(
+            outputs = dict(zip(run, engine.generate(
                 [requests[i] for i in run], [decisions[i].shard for i in run], batch_size=batch_size,
                 max_new_tokens=max_new_tokens, constrain=constrain, copy_values=copy_values)))
             gen_s = (time.perf_counter() - t1) / len(run)

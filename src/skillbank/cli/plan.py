@@ -129,6 +129,9 @@ def plan(
                                          "of the same bank. Default: the service `skillbank serve` recorded for "
                                          "this bank, if one is running; else in this process."),
     local: bool = typer.Option(False, "--local", help="Plan in this process even when a service serves the bank."),
+    engine: Optional[str] = typer.Option(None, "--engine", envvar="SKILLBANK_ENGINE",
+                                         help="In this process: 'auto' (llama.cpp on the embedded GGUF where it "
+                                         "can serve the bank, else torch), 'llama.cpp' or 'torch'."),
 ):
     """Plan requests: route each to one shard, generate its task graph; prints one JSON object per request
     (a request no family covers: "shard": null, "out_of_scope": true and the reason)."""
@@ -141,7 +144,7 @@ def plan(
         plans = _plan_by_service(bank, server, requests, shard=shard, max_new_tokens=max_new_tokens, explain=explain,
                                  settings_default=constrain and scope and not copy_values)
     if plans is None:
-        sb = SkillBank.open(bank)
+        sb = SkillBank.open(bank, engine=engine)
         plans = [p.to_dict() for p in sb.plan(requests, shard=shard, batch_size=batch_size,
                                               max_new_tokens=max_new_tokens, constrain=constrain,
                                               copy_values=copy_values, scope=scope, explain=explain)]

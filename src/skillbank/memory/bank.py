@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import re
 import shutil
@@ -39,6 +40,8 @@ from skillbank.memory.scope import ScopeDetector, ScopeVerdict, catalog_text, fi
 from skillbank.memory.selector import selector_class
 from skillbank.memory.shard_files import dir_digests, shard_file_problems
 from skillbank.planner import Plan  # noqa: F401 - the result type, re-exported where it used to live
+
+log = logging.getLogger("skillbank.bank")
 
 BANK_FORMAT = 1
 MANIFEST = "bank.json"
@@ -160,6 +163,11 @@ class SkillBank:
         self._load_execution = None
         self.address = address
         self.scope = scope  # out-of-scope detection; None in banks learned before it existed (see fit_scope)
+        self.engine_choice = "torch"  # what writes plans: see ``open`` and :attr:`engine`
+        self._engine = None
+        self._max_resident: int | None = None
+        self._given_base = False
+        self._threads: int | None = None
 
     @property
     def execution(self):
@@ -168,6 +176,31 @@ class SkillBank:
             self._execution = self._load_execution()
             self._load_execution = None
         return self._execution
+
+    @property
+    def engine(self):
+        """What writes this bank's plans: the llama.cpp engine
+        (:class:`~skillbank.memory.execution_llamacpp.LlamaCppExecution`) where it can serve the bank, else the
+        Execution Memory itself (the reference engine). Resolved on first use from ``engine_choice``: ``"torch"``,
+        ``"llama.cpp"`` (an error where it cannot serve the bank) or ``"auto"`` (llama.cpp for a bank on the
+        embedded base opened without a model in hand, when llama-cpp-python is installed; else torch)."""
+        if self._engine is None:
+            self._engine = self._resolve_engine()
+        return self._engine
+
+    def _resolve_engine(self):
+        choice = self.engine_choice
+        if choice == "torch" or (choice == "auto" and self._given_base) or self._load_execution is None:
+            return self.execution  # a bank made or opened here with a model in hand plans with that model
+        from skillbank.memory.execution_llamacpp import EngineUnavailable, LlamaCppExecution, llamacpp_problem
+        problem = llamacpp_problem(self.manifest)
+        if problem:
+            if choice == "llama.cpp":
+                raise EngineUnavailable(f"the llama.cpp engine cannot serve {self.root}: {problem}")
+            log.info("planning %s with the reference engine: %s", self.root, problem)
+            return self.execution
+        return LlamaCppExecution(self.root, lambda: self.manifest, reference=lambda: self.execution,
+                                 max_resident=self._max_resident, threads=self._threads)
 
     @property
     def planner(self):
@@ -209,14 +242,22 @@ class SkillBank:
 
     @classmethod
     def open(cls, path: str | Path, base=None, *, base_config=None, max_resident: int | None = None,
-             lazy: bool = True) -> "SkillBank":
+             lazy: bool = True, engine: str | None = None, threads: int | None = None) -> "SkillBank":
         """Open a bank: read its manifest and Address Memory. The base model is checked against the manifest's
         digest when it is loaded: here when ``base`` is given or ``lazy`` is False, otherwise on the first
         request that is generated (routing and the scope check need no model, so an out-of-scope request is
         answered without loading it). Shards are loaded - and their files checked against their digests - when a
         request first needs them (``skillbank info --verify`` checks them all); with ``max_resident`` at most
         that many stay loaded (least recently used evicted), so memory does not grow with the number of
-        families."""
+        families.
+
+        engine: what writes plans (:attr:`engine`): ``"auto"`` (the default, or ``$SKILLBANK_ENGINE``),
+        ``"llama.cpp"`` or ``"torch"``. Learning always trains with torch. threads: the llama.cpp engine's
+        threads (None: the cores other processes leave free; the torch engine reads ``base_config.threads``)."""
+        engine = engine or os.environ.get("SKILLBANK_ENGINE") or "auto"
+        from skillbank.memory.execution_llamacpp import ENGINES
+        if engine not in ENGINES:
+            raise BankError(f"unknown engine {engine!r}; choose one of {list(ENGINES)}")
         root = Path(path)
         manifest = read_manifest(root)
         if max_resident is not None and isinstance(max_resident, int) and max_resident > max(1, len(manifest.shards)):
@@ -225,6 +266,8 @@ class SkillBank:
         address = load_selector(root / manifest.address_dir) if manifest.address_dir else None
         bank = cls(root, manifest, None, address, load_scope(root, manifest))
         bank._load_execution = lambda: bank._open_execution(base, base_config, max_resident)
+        bank.engine_choice, bank._max_resident, bank._given_base = engine, max_resident, base is not None
+        bank._threads = threads
         if base is not None or not lazy:
             bank.execution  # noqa: B018 - load now: the caller asked for the model (or has it already)
         return bank

@@ -24,17 +24,20 @@ import sys
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from cachetools import LRUCache
 
 from skillbank.errors import BankError, ModelError
 from skillbank.graph import ParseResult
 from skillbank.memory.shard_files import shard_file_problems
-from skillbank.model.base import EMBEDDED, LoadedBase
+from skillbank.model.embedded import EMBEDDED
 from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS, GenerationStats, generate_for_requests
 from skillbank.model.prompts import prompt_ids
 from skillbank.model.serialization import decode_output
+
+if TYPE_CHECKING:  # the llama.cpp path reads this module's shard helpers without importing torch
+    from skillbank.model.base import LoadedBase
 
 GRAMMARS_KEPT = 256  # per-shard grammars kept built without max_resident (least recently used dropped)
 MIN_GRAMMARS_KEPT = 8  # with max_resident: at least this many, so a small bound does not rebuild every call

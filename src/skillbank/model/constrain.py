@@ -36,12 +36,14 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
-import torch
 
 from skillbank.errors import ModelError
+
+if TYPE_CHECKING:  # torch is imported where a mask is applied: the llama.cpp path never needs it
+    import torch
 
 MAX_NODES = 12  # TaskBench graphs have at most 10 nodes; the built-in stream 5
 BACKENDS = ("llguidance", "xgrammar")
@@ -415,8 +417,11 @@ class _LLGuidanceRow(RowMatcher):
         self.m = matcher
 
     def fill(self, bitmask, row):
-        v = bitmask[row]
-        self.m.unsafe_compute_mask_ptr(v.data_ptr(), v.numel() * v.element_size())
+        v = bitmask[row]  # a torch tensor (reference path) or a numpy array (llama.cpp path)
+        if isinstance(v, np.ndarray):
+            self.m.unsafe_compute_mask_ptr(v.ctypes.data, v.nbytes)
+        else:
+            self.m.unsafe_compute_mask_ptr(v.data_ptr(), v.numel() * v.element_size())
 
     def consume(self, token):
         return self.m.consume_token(token)
@@ -516,11 +521,21 @@ class GrammarCache:
         self.compile_seconds: dict[str, float] = {}  # grammar digest -> seconds its compilation took
         t0 = time.perf_counter()
         if backend == "llguidance":
-            import llguidance.hf
-            try:
-                self._tok = llguidance.hf.from_tokenizer(tokenizer, n_vocab=self.vocab_size, eos_token=self.stops)
-            except ValueError as exc:
-                raise ModelError(f"structured decoding needs a fast (Rust) tokenizer: {exc}") from None
+            from skillbank.model.light_tokenizer import LightTokenizer
+            if isinstance(tokenizer, LightTokenizer):  # the llama.cpp path: no transformers to import
+                import llguidance
+                from tokenizers import Tokenizer
+
+                backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+                backend.no_padding()
+                backend.no_truncation()
+                self._tok = llguidance.LLTokenizer(backend.to_str(), n_vocab=self.vocab_size, eos_token=self.stops)
+            else:
+                import llguidance.hf
+                try:
+                    self._tok = llguidance.hf.from_tokenizer(tokenizer, n_vocab=self.vocab_size, eos_token=self.stops)
+                except ValueError as exc:
+                    raise ModelError(f"structured decoding needs a fast (Rust) tokenizer: {exc}") from None
         else:
             import xgrammar
             info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size,
@@ -543,6 +558,7 @@ class GrammarCache:
             self.compile_seconds.pop(evicted, None)
 
     def bitmask(self, rows: int) -> torch.Tensor:
+        import torch
         return torch.full((rows, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)
 
     def compile(self, grammar: GraphGrammar):
@@ -612,6 +628,7 @@ def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
 
 def _unpack(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
     """[rows, ceil(vocab/32)] int32 bitmask -> [rows, vocab] bool."""
+    import torch
     as_bytes = bitmask.contiguous().view(torch.uint8)  # little-endian: byte b holds tokens 8b..8b+7
     shifts = torch.arange(8, dtype=torch.uint8)
     return ((as_bytes.unsqueeze(-1) >> shifts) & 1).flatten(1)[:, :vocab].bool()

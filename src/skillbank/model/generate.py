@@ -11,16 +11,14 @@ with the bare base under a PeftModel use ``with peft_model.disable_adapter(): ..
 """
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
 
-import torch
-
 from skillbank.errors import ModelError
-from skillbank.model.decode import left_pad  # noqa: F401 - re-exported: callers pad with it
 from skillbank.model.prompts import DEFAULT_SYSTEM_PROMPT, encode_text, render_prompt
 
 DEFAULT_MAX_NEW_TOKENS = 768  # the paper's cap
@@ -59,7 +57,19 @@ class GenerationStats:
         return self.generated_tokens / self.seconds if self.seconds else 0.0
 
 
-@torch.inference_mode()
+def _inference_mode(fn):
+    """``torch.inference_mode`` imported at call time: this module's constants and result types are read by
+    the llama.cpp path, which never imports torch."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        import torch
+
+        with torch.inference_mode():
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+@_inference_mode
 def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
              max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, progress: bool = False,
              stats: GenerationStats | None = None, adapter_names: Sequence[str] | None = None,

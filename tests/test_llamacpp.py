@@ -1,0 +1,186 @@
+"""The llama.cpp engine: a shard's PEFT adapter converted to llama.cpp's LoRA GGUF gives the reference path's
+logits, the torch-free tokenizer gives transformers' prompt ids, banks pick their engine, and caches that are
+stale or damaged are rebuilt."""
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from skillbank.errors import BankError
+from skillbank.memory.bank import SkillBank
+from skillbank.model.llamacpp import UnsupportedAdapter, adapter_problems, convert_lora
+
+llama_cpp = pytest.importorskip("llama_cpp", reason='llama-cpp-python is not installed (pip install -e ".[fast]")')
+
+REQUESTS = ["what's the weather in Lyon right now?", "  Translate 'où est la gare' into German\n\nthen read it aloud",
+            "Resize receipt_scan.png to 800x600 and e-mail it to ana@example.com", "日本語のテキスト 😀", "x" * 80]
+
+
+@pytest.fixture(scope="module")
+def real_base():
+    from skillbank.model.base import load_base
+    return load_base(progress=False)
+
+
+@pytest.fixture(scope="module")
+def random_shard(real_base, tmp_path_factory):
+    """A PEFT adapter on every attention projection of the real base, A and B random (a trained shard's shape)."""
+    import torch
+    from peft import LoraConfig
+
+    real_base.add_adapter("rand", LoraConfig(r=8, lora_alpha=32, bias="none", task_type="CAUSAL_LM",
+                                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for module in real_base.peft.modules():
+            if hasattr(module, "lora_A") and "rand" in module.lora_A:
+                for lin in (module.lora_A["rand"], module.lora_B["rand"]):
+                    lin.weight.copy_(torch.randn(lin.weight.shape, generator=g) * 0.08)
+    return real_base.save_adapter("rand", tmp_path_factory.mktemp("shard") / "rand")
+
+
+def _torch_logits(base, ids, adapter):
+    import torch
+    model = base.activate(adapter) if adapter else base.model
+    with torch.inference_mode():
+        if adapter:
+            return model(torch.tensor([ids])).logits[0, -1].float().numpy()
+        with base.peft.disable_adapter():
+            return base.peft(torch.tensor([ids])).logits[0, -1].float().numpy()
+
+
+@pytest.mark.real_model
+def test_a_converted_adapter_gives_the_reference_logits(real_base, random_shard, tmp_path, monkeypatch):
+    """llama.cpp (Q4_1 weights, 8-bit activations) with the converted LoRA lands where PEFT on the float32
+    weights does: close to it next to how far the adapter moves the logits, and a conversion that leaves the
+    q/k rows in PEFT's order (the classic mistake) lands several times farther."""
+    import skillbank.model.llamacpp as engine
+    from skillbank.model.embedded import embedded_gguf_path
+    from skillbank.model.prompts import prompt_ids
+
+    decoder = engine.LlamaCppDecoder(embedded_gguf_path(), threads=1, n_ctx=512)
+    decoder.load_adapter("rand", convert_lora(random_shard, tmp_path / "rand.gguf", decoder.shape()))
+    with monkeypatch.context() as m:
+        m.setattr(engine, "_permute_rows", lambda w, n_head: w)
+        decoder.load_adapter("unpermuted", convert_lora(random_shard, tmp_path / "unpermuted.gguf", decoder.shape()))
+
+    def logits(adapter, ids):
+        decoder._use(adapter)
+        decoder._clear()
+        return decoder._prefill(ids, 0, 0)
+
+    for request in REQUESTS[:3]:
+        ids = prompt_ids(real_base.tokenizer, request)
+        ref, bare = _torch_logits(real_base, ids, "rand"), _torch_logits(real_base, ids, None)
+        moved = np.abs(ref - bare).mean()  # what the adapter does to the logits (~11 here)
+        off = np.abs(logits("rand", ids) - ref).mean()  # measured ~0.07x of it
+        assert off < 0.12 * moved
+        assert np.abs(logits("unpermuted", ids) - ref).mean() > 2 * off  # measured ~3x
+        assert np.abs(logits(None, ids) - bare).mean() < 0.05 * moved  # the base alone: ~0.15 apart
+
+
+@pytest.mark.real_model
+def test_the_light_tokenizer_is_transformers_tokenizer(real_base):
+    from skillbank.model.embedded import embedded_tokenizer_dir
+    from skillbank.model.light_tokenizer import LightTokenizer
+    from skillbank.model.prompts import prompt_ids, stop_token_ids
+
+    light, hf = LightTokenizer(embedded_tokenizer_dir()), real_base.tokenizer
+    for request in REQUESTS:
+        for system in ("", "You are a task-automation planner. Reply with the task graph only."):
+            assert prompt_ids(light, request, system) == prompt_ids(hf, request, system)
+    assert stop_token_ids(light) == stop_token_ids(hf) and len(light) == len(hf)
+    ids = prompt_ids(hf, REQUESTS[1]) + [2]
+    assert light.decode(ids, skip_special_tokens=True) == hf.decode(ids, skip_special_tokens=True)
+
+
+@pytest.mark.real_model
+def test_a_batch_decodes_every_prompt_in_order(real_base):
+    """decode_many with 2 rows for 5 prompts of different lengths (rows freed and refilled, the common head
+    shared): every prompt gets its own output, in order, within the cap; each first token is the one the prompt
+    gets decoded alone."""
+    from skillbank.model.embedded import embedded_gguf_path
+    from skillbank.model.llamacpp import LlamaCppDecoder
+    from skillbank.model.prompts import prompt_ids, stop_token_ids
+
+    decoder = LlamaCppDecoder(embedded_gguf_path(), threads=1, n_ctx=1024, width=4)
+    tok = real_base.tokenizer
+    prompts = [prompt_ids(tok, r) for r in REQUESTS]
+    stops = set(stop_token_ids(tok))
+    many = decoder.decode_many(prompts, None, 6, stops, width=2)
+    alone = [decoder.decode(p, None, 6, stops) for p in prompts]
+    assert len(many) == len(prompts) and all(0 < len(s.tokens) <= 6 for s in many)
+    assert [s.tokens[0] for s in many] == [s.tokens[0] for s in alone]
+    assert all(s.stopped or "token cap (6)" in s.reason for s in many)
+
+
+def test_adapters_llama_cpp_cannot_apply_exactly_are_named(tmp_path):
+    assert adapter_problems({"peft_type": "LORA", "target_modules": ["q_proj", "v_proj"]}) == []
+    problems = adapter_problems({"use_dora": True, "bias": "all", "target_modules": ["q_proj", "lm_head"]})
+    assert any("use_dora" in p for p in problems) and any("bias" in p for p in problems)
+    assert any("lm_head" in p for p in problems)
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "use_dora": True,
+                                                              "target_modules": ["q_proj"]}))
+    with pytest.raises(UnsupportedAdapter, match=f"{tmp_path}.*use_dora"):
+        convert_lora(tmp_path, tmp_path / "out.gguf", None)
+    assert not (tmp_path / "out.gguf").exists()
+
+
+@pytest.mark.real_model
+def test_a_bank_on_the_embedded_base_plans_with_llama_cpp(real_base, small_stream, tmp_path):
+    """learn with torch, plan with llama.cpp: the adapter is converted once into the cache, reused by the next
+    process, and a damaged cached file is converted again instead of used."""
+    from skillbank.memory.execution_llamacpp import LlamaCppExecution
+    from skillbank.train.executor import TrainConfig, top_layers
+
+    key = "t4_vision_document"
+    bank = SkillBank.create(tmp_path / "bank", base=real_base)
+    cfg = TrainConfig(epochs=1, batch_size=2, rank=4, dropout=0.0, target_format="compact",
+                      layers_to_transform=top_layers(real_base.num_layers, 2), target_modules=("q_proj", "v_proj"))
+    bank.learn(key, small_stream.train[key][:2], cfg, skills=small_stream.catalog.family(key).skills, progress=False)
+    request = small_stream.test[key][0].request
+
+    opened = SkillBank.open(tmp_path / "bank", engine="llama.cpp")
+    [plan] = opened.plan([request], max_new_tokens=12, scope=False)
+    engine = opened.engine
+    assert isinstance(engine, LlamaCppExecution) and opened._execution is None  # torch never loaded
+    assert plan.shard == key and plan.tokens > 0 and (plan.graph is None) == (plan.error is not None)
+    assert engine.conversions in (0, 1)  # 0: another test run converted these very bytes already
+    [cached] = [p for p in engine.adapter_cache().glob("*.gguf") if p.stem == engine.loaded[key]]
+
+    again = SkillBank.open(tmp_path / "bank", engine="llama.cpp")
+    assert again.plan([request], max_new_tokens=12, scope=False)[0].raw == plan.raw
+    assert again.engine.conversions == 0
+
+    cached.write_bytes(cached.read_bytes()[:1000])  # a cut-off file under the final name
+    damaged = SkillBank.open(tmp_path / "bank", engine="llama.cpp")
+    assert damaged.plan([request], max_new_tokens=12, scope=False)[0].raw == plan.raw
+    assert damaged.engine.conversions == 1 and cached.stat().st_size > 1000
+
+
+def test_banks_on_other_bases_plan_with_torch(tmp_path, tiny_model_dir, small_stream):
+    from skillbank.memory.execution import ExecutionMemory
+    from skillbank.memory.execution_llamacpp import EngineUnavailable
+    from skillbank.model.base import BaseModelConfig, load_base
+    from skillbank.train.executor import TrainConfig
+
+    key = small_stream.family_keys[0]
+    bank = SkillBank.create(tmp_path / "bank", base=load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False))
+    bank.learn(key, small_stream.train[key], TrainConfig(epochs=1, batch_size=3, target_format="compact"),
+               skills=small_stream.catalog.family(key).skills, progress=False)
+    assert isinstance(SkillBank.open(tmp_path / "bank").engine, ExecutionMemory)
+    with pytest.raises(EngineUnavailable, match="not the embedded GGUF model"):
+        SkillBank.open(tmp_path / "bank", engine="llama.cpp").plan(["a request"], scope=False, max_new_tokens=2)
+    with pytest.raises(BankError, match="unknown engine 'vllm'"):
+        SkillBank.open(tmp_path / "bank", engine="vllm")
+
+
+def test_planning_with_llama_cpp_imports_no_torch(tmp_path):
+    """What a cold `skillbank plan` on the llama.cpp path imports: not torch, transformers or PEFT."""
+    import subprocess
+    code = ("import sys; import skillbank.cli, skillbank.memory.bank, skillbank.memory.execution_llamacpp, "
+            "skillbank.model.light_tokenizer, skillbank.model.constrain, skillbank.planner; "
+            "print(sorted(m for m in ('torch', 'transformers', 'peft') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
