@@ -423,7 +423,7 @@ class LlamaCppDecoder:
                 self._run([(row.tokens[-1], row.pos, row.seq, True) for row in live])
                 for k, row in enumerate(live):
                     row.pos += 1
-                    row.logits = self._logits(k)
+                    row.logits = self._logits(k).copy()  # a joining row's prefill reuses llama.cpp's buffer
         finally:
             self._clear()  # the single-prompt cache no longer describes sequence 0
         return results  # type: ignore[return-value]
