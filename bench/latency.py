@@ -240,7 +240,6 @@ def warm(args, requests: list[str], skip: set, engine: str) -> dict:
 
     out["token_counts"] = [counts[r] for r in dict.fromkeys(batch1)]
     shard = bank.route(requests[:1])[0][0]
-    threads = torch.get_num_threads() if args.threads is None else args.threads
     if "hf" not in skip or "llama" not in skip:
         merged = merged_model(bank, shard)
         entry = bank.execution.shards[shard]

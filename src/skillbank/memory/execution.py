@@ -225,14 +225,8 @@ class ExecutionMemory:
     def grammar(self, name: str, copy_from: str | None = None):
         """Shard ``name``'s grammar, built once from its ``skills.json`` (per request when values are
         copy-constrained)."""
-        if (name, None) not in self._grammars:
-            path = self.dirs[name] / "skills.json" if name in self.dirs else None
-            self._grammars[(name, None)] = shard_grammar(self.shards[name], read_skills_json(path), str(path))
-        grammar = self._grammars[(name, None)]
-        if copy_from is None:
-            return grammar
-        from skillbank.model.constrain import build_grammar
-        return build_grammar(grammar.skills, grammar.fmt, grammar.prefix, copy_from=copy_from)
+        path = self.dirs[name] / "skills.json" if name in self.dirs else None
+        return kept_grammar(self._grammars, (name, None), self.shards[name], path, copy_from)
 
     # -- read --------------------------------------------------------------------------------
     def context_limit(self) -> int:
@@ -242,17 +236,8 @@ class ExecutionMemory:
     def check_lengths(self, requests: Sequence[str], max_new_tokens: int | None = None,
                       system_prompt: str | None = None) -> None:
         """Refuse a request whose prompt plus the generation budget exceeds the model's context."""
-        limit = self.context_limit()
-        if not limit:
-            return
-        budget = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
-        prompts = {s.system_prompt for s in self.shards.values()} if system_prompt is None else {system_prompt}
-        longest_system = max(prompts, key=len) if prompts else ""
-        for i, r in enumerate(requests):
-            n = len(prompt_ids(self.base.tokenizer, r, longest_system))
-            if n + budget > limit:
-                raise BankError(f"request {i} is too long: {n} prompt tokens + {budget} generation tokens "
-                                f"exceed the base model's context of {limit} tokens")
+        check_prompt_lengths(self.base.tokenizer, self.context_limit(), self.shards.values(), requests,
+                             max_new_tokens, system_prompt)
 
     def generate(self, requests: Sequence[str], shards: Sequence[str], *, batch_size: int = 8,
                  max_new_tokens: int | None = None, progress: bool = False, constrain: bool = True,
@@ -330,6 +315,34 @@ def read_skills_json(path: Path | None) -> dict | None:
         return json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BankError(f"{path}: malformed skills.json ({exc})") from None
+
+
+def check_prompt_lengths(tokenizer, limit: int, entries, requests: Sequence[str], max_new_tokens: int | None,
+                         system_prompt: str | None = None) -> None:
+    """Refuse a request whose prompt (under the longest system prompt of ``entries``, or ``system_prompt``) plus
+    the generation budget exceeds ``limit`` tokens (0: no limit known). Both engines check with it."""
+    if not limit:
+        return
+    budget = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+    prompts = {e.system_prompt for e in entries} if system_prompt is None else {system_prompt}
+    longest_system = max(prompts, key=len) if prompts else ""
+    for i, r in enumerate(requests):
+        n = len(prompt_ids(tokenizer, r, longest_system))
+        if n + budget > limit:
+            raise BankError(f"request {i} is too long: {n} prompt tokens + {budget} generation tokens "
+                            f"exceed the base model's context of {limit} tokens")
+
+
+def kept_grammar(grammars, key, entry, skills_path: Path | None, copy_from: str | None = None):
+    """A shard's grammar, built once into ``grammars`` under ``key`` from its ``skills.json`` (per request when
+    values are copy-constrained). Both engines keep their grammars with it."""
+    if key not in grammars:
+        grammars[key] = shard_grammar(entry, read_skills_json(skills_path), str(skills_path))
+    grammar = grammars[key]
+    if copy_from is None:
+        return grammar
+    from skillbank.model.constrain import build_grammar
+    return build_grammar(grammar.skills, grammar.fmt, grammar.prefix, copy_from=copy_from)
 
 
 def shard_grammar(entry, skills_json: dict | None, where: str):

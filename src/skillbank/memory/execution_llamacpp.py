@@ -2,15 +2,15 @@
 
 The bank's format of record stays the PEFT directory of each shard. This engine converts a shard's adapter to
 llama.cpp's LoRA GGUF the first time a plan needs it (:func:`skillbank.model.llamacpp.convert_lora`) and keeps
-the result under ``<cache root>/llamacpp/lora/<key>.gguf``, the key a hash of the shard's adapter files, the base
-digest and the converter version - so a relearned shard, another base or a newer converter never reads a stale
+the result under ``<cache root>/llamacpp/lora/<key>.gguf``, the key a hash of the shard's recorded adapter file
+digests, the base digest and the converter version - so a relearned shard, another base or a newer converter never reads a stale
 file, and a partial file never exists under that name (written aside, then renamed). A cached file llama.cpp
 cannot load is converted again once.
 
 It answers :meth:`generate` and :meth:`check_lengths` like :class:`~skillbank.memory.execution.ExecutionMemory`,
-so the planner does not know which engine it has. Requests are decoded one at a time (llama.cpp applies one
-set of adapters per context), each with its shard's adapter and grammar; consecutive requests of a shard reuse
-the KV cache of the prompt head they share. A shard whose adapter llama.cpp cannot apply exactly (a DoRA, a
+so the planner does not know which engine it has. Requests are grouped by shard (llama.cpp applies one set of
+adapters per forward pass), each decoded under its shard's grammar: a group's rows advance together, a lone
+request reuses the KV cache of the prompt head it shares with the shard's previous one. A shard whose adapter llama.cpp cannot apply exactly (a DoRA, a
 LoRA bias, a module it does not map) is served by the reference engine, with a warning naming the shard.
 
 It applies only to banks on the embedded base: other bases have no GGUF here (``SkillBank.open`` picks the
@@ -18,7 +18,6 @@ reference engine for them).
 """
 from __future__ import annotations
 
-import logging
 import sys
 import time
 from collections import OrderedDict
@@ -30,7 +29,7 @@ from cachetools import LRUCache
 
 from skillbank.cache import cache_root
 from skillbank.errors import BankError, ModelError
-from skillbank.memory.execution import ShardOutput, grammars_kept, read_skills_json, shard_grammar
+from skillbank.memory.execution import ShardOutput, check_prompt_lengths, grammars_kept, kept_grammar
 from skillbank.memory.shard_files import shard_file_problems
 from skillbank.model.embedded import EMBEDDED, embedded_gguf_path, embedded_identity, embedded_tokenizer_dir
 from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS, GenerationStats
@@ -38,8 +37,6 @@ from skillbank.model.llamacpp import LlamaCppDecoder, UnsupportedAdapter, adapte
     convert_lora
 from skillbank.model.prompts import prompt_ids, stop_token_ids
 from skillbank.model.serialization import decode_output
-
-log = logging.getLogger("skillbank.model")
 
 ENGINES = ("auto", "llama.cpp", "torch")
 
@@ -69,8 +66,6 @@ class LlamaCppExecution:
 
     ``manifest_of`` returns the bank's current manifest (shards learned or forgotten in this process are seen);
     ``reference`` returns the reference Execution Memory, loaded only if a shard needs it."""
-
-    name = "llama.cpp"
 
     def __init__(self, root: Path, manifest_of: Callable[[], object], *, reference: Callable[[], object],
                  threads: int | None = None, max_resident: int | None = None):
@@ -115,12 +110,7 @@ class LlamaCppExecution:
         try:
             key = adapter_key(digests, self.base_digest)
         except ModelError as exc:  # a bank made before shards had digests: nothing to key a conversion by
-            key = None
-            why = f"{exc}; no converted adapter can be checked against it"
-        if key is None:
-            self.reference_shards[name] = why
-            print(f"skillbank: warning: shard {name!r} is planned with the reference engine: {why}", file=sys.stderr)
-            return False
+            return self._by_reference(name, f"{exc}; no converted adapter can be checked against it")
         if self.loaded.get(name) == key:
             self.loaded.move_to_end(name)
             return True
@@ -143,9 +133,7 @@ class LlamaCppExecution:
                         raise
                     path.unlink(missing_ok=True)  # a stale or damaged cached conversion: made again, once
         except UnsupportedAdapter as exc:
-            self.reference_shards[name] = str(exc)
-            print(f"skillbank: warning: shard {name!r} is planned with the reference engine: {exc}", file=sys.stderr)
-            return False
+            return self._by_reference(name, str(exc))
         except ModelError as exc:
             raise BankError(f"shard {name!r}: its llama.cpp adapter does not load ({exc})") from exc
         self.loaded[name] = key
@@ -155,6 +143,12 @@ class LlamaCppExecution:
             self.decoder.drop_adapter(victim)
         return True
 
+    def _by_reference(self, name: str, why: str) -> bool:
+        """From now on the reference engine plans shard ``name`` (said once, with why); False for ``_ensure``."""
+        self.reference_shards[name] = why
+        print(f"skillbank: warning: shard {name!r} is planned with the reference engine: {why}", file=sys.stderr)
+        return False
+
     def _forget_removed(self, entries: dict) -> None:
         for name in [n for n in self.loaded if n not in entries]:
             self.decoder.drop_adapter(name)
@@ -163,15 +157,7 @@ class LlamaCppExecution:
             del self._grammars[key]
 
     def grammar(self, name: str, entry, copy_from: str | None = None):
-        key = (name, getattr(entry, "dir", None))
-        if key not in self._grammars:
-            path = self.root / entry.dir / "skills.json"
-            self._grammars[key] = shard_grammar(entry, read_skills_json(path), str(path))
-        grammar = self._grammars[key]
-        if copy_from is None:
-            return grammar
-        from skillbank.model.constrain import build_grammar
-        return build_grammar(grammar.skills, grammar.fmt, grammar.prefix, copy_from=copy_from)
+        return kept_grammar(self._grammars, (name, entry.dir), entry, self.root / entry.dir / "skills.json", copy_from)
 
     # -- read --------------------------------------------------------------------------------
     def context_limit(self) -> int:
@@ -180,14 +166,8 @@ class LlamaCppExecution:
     def check_lengths(self, requests: Sequence[str], max_new_tokens: int | None = None,
                       system_prompt: str | None = None) -> None:
         """Refuse a request whose prompt plus the generation budget exceeds the context."""
-        budget = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
-        prompts = {s.system_prompt for s in self.manifest_of().shards} if system_prompt is None else {system_prompt}
-        longest_system = max(prompts, key=len) if prompts else ""
-        for i, r in enumerate(requests):
-            n = len(prompt_ids(self.tokenizer, r, longest_system))
-            if n + budget > self.context_limit():
-                raise BankError(f"request {i} is too long: {n} prompt tokens + {budget} generation tokens "
-                                f"exceed the context of {self.context_limit()} tokens")
+        check_prompt_lengths(self.tokenizer, self.context_limit(), self.manifest_of().shards, requests,
+                             max_new_tokens, system_prompt)
 
     def generate(self, requests: Sequence[str], shards: Sequence[str], *, batch_size: int = 8,
                  max_new_tokens: int | None = None, progress: bool = False, constrain: bool = True,

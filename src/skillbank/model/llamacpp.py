@@ -14,22 +14,21 @@ What this module does:
   permuted the way the GGUF stores them (rotary halves interleaved; checked against the GGUF's own tensors in
   tests). PEFT's scaling (``lora_alpha / r``, rsLoRA, per-module patterns) is folded into B, and the file says
   alpha 0, which llama.cpp reads as "scale 1".
-- :class:`LlamaCppDecoder` holds the model, one context and the loaded adapters, and decodes one request at a
-  time greedily: the shard's adapter set on the context, the prompt's shared head reused from the KV cache
-  of the previous request of the same shard, each step's logits masked by the row's grammar matcher (the same
+- :class:`LlamaCppDecoder` holds the model, one context and the loaded adapters, and decodes greedily - one
+  request (reusing the KV cache of the head its prompt shares with the previous one) or a shard's requests
+  together (rows advancing in one forward pass, their common head shared) -, each step's logits masked by the row's grammar matcher (the same
   llguidance matchers as the reference path) and the arg-max picked, the log-probability read before
   masking - the arithmetic of :class:`~skillbank.model.decode.RowBatch`, row by row.
 
 Numerics: llama.cpp multiplies the Q4_1 weights with 8-bit-quantized activations, the reference path with the
 float32 dequantized weights, so logits differ in the last digits and a near-tie may pick differently.
-``bench/latency.py --parity`` measures how often whole plans differ and the EM on each path.
+``bench/engine_parity.py`` measures how often whole plans differ and the EM on each path.
 """
 from __future__ import annotations
 
 import ctypes
 import hashlib
 import json
-import logging
 import os
 import re
 import tempfile
@@ -40,8 +39,6 @@ from typing import Sequence
 import numpy as np
 
 from skillbank.errors import ModelError
-
-log = logging.getLogger("skillbank.model")
 
 CONVERTER_VERSION = 1  # part of every converted adapter's cache key: a change here rebuilds them all
 # PEFT module name -> llama.cpp tensor name (llama architecture)
