@@ -59,6 +59,8 @@ def main() -> None:
     ap.add_argument("--skip", default="", help="Comma-separated parts to skip: cold,batch,hf,llama.")
     ap.add_argument("--engines", default=None, help="Comma-separated plan engines to time in process "
                     "(llama.cpp, torch); default: both where llama.cpp is installed, else torch.")
+    ap.add_argument("--paired-rounds", type=int, default=3, help="Rounds of the batch-1 comparison that alternates "
+                    "our plans and llama.cpp request by request.")
     ap.add_argument("--json", type=Path, help="Also write every figure to this file.")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -140,10 +142,23 @@ def cold_start(bank: Path, request: str, threads: int | None) -> dict:
     t0 = time.perf_counter()
     off = subprocess.run([str(exe), "plan", str(bank), _offdomain()[0]], capture_output=True, text=True, env=env)
     off_s = time.perf_counter() - t0
+    # The first plan of a shard on a machine also makes its llama.cpp form (merged model): a cache holding
+    # everything else (converted base, encoder) but no llama.cpp files.
+    from skillbank.cache import cache_root
+    with tempfile.TemporaryDirectory(prefix="latency-cache-") as tmp:
+        for item in cache_root().iterdir():
+            if item.name != "llamacpp":
+                (Path(tmp) / item.name).symlink_to(item)
+        t0 = time.perf_counter()
+        first = subprocess.run([str(exe), "plan", str(bank), request], capture_output=True, text=True,
+                               env={**env, "SKILLBANK_CACHE": tmp})
+        first_s = time.perf_counter() - t0
     out = {"python_s": round(bare_s, 2), "import_s": round(python_s - bare_s, 2), "cli_plan_s": round(plan_s, 2),
-           "cli_out_of_scope_s": round(off_s, 2) if off.returncode == 0 else None}
+           "cli_out_of_scope_s": round(off_s, 2) if off.returncode == 0 else None,
+           "cli_plan_first_use_s": round(first_s, 2) if first.returncode == 0 else None}
     say(f"cold: python {bare_s:.2f} s, import cli+bank +{python_s - bare_s:.2f} s; "
-        f"`skillbank plan BANK \"...\"` {plan_s:.2f} s wall; out-of-scope request {off_s:.2f} s")
+        f"`skillbank plan BANK \"...\"` {plan_s:.2f} s wall; out-of-scope request {off_s:.2f} s; the shard's first "
+        f"plan on this machine (its llama.cpp form made) {first_s:.2f} s")
     return out
 
 
@@ -189,23 +204,29 @@ def warm(args, requests: list[str], skip: set, engine: str) -> dict:
 
     batch1 = (requests * ((args.requests + len(requests) - 1) // len(requests)))[:args.requests]
     counts: dict[str, int] = {}
-    for constrain in (True, False):
-        mode = "grammar" if constrain else "free"
-        times, tokens = [], []
-        c0 = time.process_time()
-        for r in batch1:
-            t0 = time.perf_counter()
+    # Grammar on and off alternate request by request (a shared host whose speed drifts slows both alike), in two
+    # passes with the modes swapped, so each request is timed in both modes but never right after itself (a
+    # request's second plan would find its whole prompt in the KV cache).
+    times: dict[str, list[float]] = {"grammar": [], "free": []}
+    tokens: dict[str, list[int]] = {"grammar": [], "free": []}
+    cpu = {"grammar": 0.0, "free": 0.0}
+    for first in (0, 1):
+        for k, r in enumerate(batch1):
+            constrain = (k + first) % 2 == 0
+            mode = "grammar" if constrain else "free"
+            t0, c0 = time.perf_counter(), time.process_time()
             p = bank.plan([r], batch_size=1, max_new_tokens=cap, scope=False, constrain=constrain)[0]
-            times.append(time.perf_counter() - t0)
-            tokens.append(p.n_tokens)
+            times[mode].append(time.perf_counter() - t0)
+            cpu[mode] += time.process_time() - c0
+            tokens[mode].append(p.n_tokens)
             if constrain:
                 counts[r] = p.n_tokens
-        cpu = time.process_time() - c0
-        out[f"batch1_{mode}"] = row = {"p50_s": round(statistics.median(times), 3),
-                                        "p90_s": round(_quantile(times, 0.9), 3),
-                                        "tokens_mean": round(sum(tokens) / len(tokens), 1),
-                                        "tokens_per_s": round(sum(tokens) / sum(times), 1),
-                                        "tokens_per_cpu_s": round(sum(tokens) / cpu, 1)}
+    for mode in ("grammar", "free"):
+        t, n = times[mode], tokens[mode]
+        out[f"batch1_{mode}"] = row = {"p50_s": round(statistics.median(t), 3), "p90_s": round(_quantile(t, 0.9), 3),
+                                        "tokens_mean": round(sum(n) / len(n), 1),
+                                        "tokens_per_s": round(sum(n) / sum(t), 1),
+                                        "tokens_per_cpu_s": round(sum(n) / cpu[mode], 1)}
         say(f"batch 1, {mode:7s}: p50 {row['p50_s']:.3f} s, p90 {row['p90_s']:.3f} s, "
             f"{row['tokens_mean']:.1f} tokens/plan, {row['tokens_per_s']:.1f} tokens/s "
             f"({row['tokens_per_cpu_s']:.1f} per CPU second)")
@@ -253,7 +274,10 @@ def warm(args, requests: list[str], skip: set, engine: str) -> dict:
                 out[f"hf_{dtype}"] = hf_reference(merged.to(getattr(torch, dtype)), tok, prompts, rows, dtype)
             merged.to(torch.float32)
         if "llama" not in skip:
-            out["llama_cpp"] = llama_reference(bank, prompts, threads)
+            run = llama_runner(bank, threads)
+            if run is not None:
+                out["llama_cpp"] = llama_reference(run, prompts, threads)
+                out["batch1_paired"] = paired(bank, batch1, prompts, run, cap, args.paired_rounds)
     return out
 
 
@@ -325,9 +349,10 @@ def hf_reference(model, tokenizer, prompts: list[tuple[list[int], int]], batches
     return out
 
 
-def llama_reference(bank, prompts: list[tuple[list[int], int]], threads: int) -> dict | None:
-    """llama.cpp on the base's GGUF (the embedded base only; the shard is not applied: the same shapes and
-    token counts, so the same work per token), greedy, one request at a time."""
+def llama_runner(bank, threads: int):
+    """A function generating ``n`` tokens greedily from prompt ids with llama.cpp on the base's GGUF (the
+    embedded base only; the shard is not applied: the same shapes and token counts, so the same work per
+    token); None, said why, when it cannot."""
     try:
         import llama_cpp
     except ImportError:
@@ -346,16 +371,46 @@ def llama_reference(bank, prompts: list[tuple[list[int], int]], threads: int) ->
             if k + 1 >= n:
                 break
 
-    run(prompts[0][0], 4)  # warm-up
+    run.version = getattr(llama_cpp, "__version__", "?")
+    run(list(range(100, 120)), 4)  # warm-up
+    return run
+
+
+def llama_reference(run, prompts: list[tuple[list[int], int]], threads: int) -> dict:
+    """llama.cpp, one request at a time, every prompt in turn."""
     t0, c0 = time.perf_counter(), time.process_time()
     for ids, n in prompts:
         run(ids, n)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     total = sum(n for _, n in prompts)
     out = {"batch1_tokens_per_s": round(total / wall, 1), "batch1_mean_s": round(wall / len(prompts), 3),
-           "batch1_tokens_per_cpu_s": round(total / cpu, 1), "version": getattr(llama_cpp, "__version__", "?")}
+           "batch1_tokens_per_cpu_s": round(total / cpu, 1), "version": run.version}
     say(f"llama.cpp {out['version']} ({threads} threads): batch 1 {out['batch1_tokens_per_s']:.1f} tokens/s "
         f"({out['batch1_tokens_per_cpu_s']:.1f} per CPU s), {out['batch1_mean_s']:.3f} s per request")
+    return out
+
+
+def paired(bank, requests: list[str], prompts: list[tuple[list[int], int]], run, cap: int, rounds: int) -> dict:
+    """Batch-1 plans and llama.cpp on the same prompt and token count, alternated request by request, so that
+    a machine whose speed drifts (a shared host) slows both sides alike: the ratio of the summed times per
+    round, and its median over rounds."""
+    ratios_, ours_s, theirs_s = [], 0.0, 0.0
+    for _ in range(rounds):
+        ours = theirs = 0.0
+        for r, (ids, n) in zip(requests, prompts):
+            t0 = time.perf_counter()
+            bank.plan([r], batch_size=1, max_new_tokens=cap, scope=False)
+            t1 = time.perf_counter()
+            run(ids, n)
+            ours, theirs = ours + t1 - t0, theirs + time.perf_counter() - t1
+        ratios_.append(ours / theirs)
+        ours_s, theirs_s = ours_s + ours, theirs_s + theirs
+    out = {"rounds": rounds, "ratio_median": round(statistics.median(ratios_), 3),
+           "ratios": [round(x, 3) for x in ratios_], "ours_mean_s": round(ours_s / rounds / len(prompts), 3),
+           "llama_cpp_mean_s": round(theirs_s / rounds / len(prompts), 3)}
+    say(f"batch 1 paired with llama.cpp ({rounds} rounds of {len(prompts)} requests, alternating): ours "
+        f"{out['ours_mean_s']:.3f} s, llama.cpp {out['llama_cpp_mean_s']:.3f} s per request; time ratio per round "
+        f"{', '.join(f'{x:.2f}' for x in ratios_)} (median {out['ratio_median']:.2f})")
     return out
 
 
@@ -381,7 +436,11 @@ def ratios(report: dict) -> list[str]:
 
         b1, b16, b16f = tps("batch1_grammar"), tps("batch16_grammar"), tps("batch16_free")
         lines.append(f" engine {engine}:")
-        if llama and b1:
+        if r.get("batch1_paired"):
+            lines.append(f"  batch-1 plan time / llama.cpp's, alternated request by request (same prompts, same "
+                         f"token counts; grammar and LoRA on ours only): {r['batch1_paired']['ratio_median']:.2f}x  "
+                         f"[<= 1.0x]")
+        elif llama and b1:
             lines.append(f"  batch-1 plan time / llama.cpp's (same prompts, same token counts; grammar and LoRA "
                          f"on ours only): {llama / b1:.2f}x  [<= 1.0x]")
         if llama and b16:

@@ -1,11 +1,18 @@
 """The Execution Memory's plans on llama.cpp: the same shards, decoded by the embedded base's GGUF in llama.cpp.
 
-The bank's format of record stays the PEFT directory of each shard. This engine converts a shard's adapter to
-llama.cpp's LoRA GGUF the first time a plan needs it (:func:`skillbank.model.llamacpp.convert_lora`) and keeps
-the result under ``<cache root>/llamacpp/lora/<key>.gguf``, the key a hash of the shard's recorded adapter file
-digests, the base digest and the converter version - so a relearned shard, another base or a newer converter never reads a stale
-file, and a partial file never exists under that name (written aside, then renamed). A cached file llama.cpp
-cannot load is converted again once.
+The bank's format of record stays the PEFT directory of each shard. The first time a plan needs a shard on a
+machine, this engine writes the base GGUF with the shard's update merged into its weights
+(:func:`skillbank.model.llamacpp.merge_lora`; ~3 s, ~110 MB for the embedded base) under
+``<cache root>/llamacpp/merged/<key>.gguf``, and plans with it as its own llama.cpp model: a merged model decodes
+at the bare base's speed, where llama.cpp's runtime LoRA adds two products per adapted weight and token (~12% of
+a decode step here). The key hashes the shard's recorded adapter file digests, the base digest and the
+converter version - so a relearned shard, another base or a newer converter never reads a stale file, and a
+partial file never exists under that name (written aside, then renamed). A cached file llama.cpp cannot load is
+made again once. The cache keeps the most recently used merged models within a disk budget
+(``$SKILLBANK_MERGED_CACHE_MB``, default 2048; the oldest are deleted and made again when needed), and at most
+``MERGED_RESIDENT`` of them stay loaded. ``merge=False`` takes the runtime-LoRA route instead: one base model,
+each shard's adapter converted to llama.cpp's LoRA GGUF (:func:`~skillbank.model.llamacpp.convert_lora`, ~15 MB,
+``<cache root>/llamacpp/lora/<key>.gguf``) and switched per request.
 
 It answers :meth:`generate` and :meth:`check_lengths` like :class:`~skillbank.memory.execution.ExecutionMemory`,
 so the planner does not know which engine it has. Requests are grouped by shard (llama.cpp applies one set of
@@ -18,6 +25,7 @@ reference engine for them).
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import OrderedDict
@@ -34,11 +42,13 @@ from skillbank.memory.shard_files import shard_file_problems
 from skillbank.model.embedded import EMBEDDED, embedded_gguf_path, embedded_identity, embedded_tokenizer_dir
 from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS, GenerationStats
 from skillbank.model.llamacpp import LlamaCppDecoder, UnsupportedAdapter, adapter_key, available, \
-    convert_lora
+    convert_lora, merge_lora, read_shape
 from skillbank.model.prompts import prompt_ids, stop_token_ids
 from skillbank.model.serialization import decode_output
 
 ENGINES = ("auto", "llama.cpp", "torch")
+MERGED_RESIDENT = 3  # merged models kept loaded (each ~110 MB of weights and its context's cache)
+CONTEXT_TOKENS = 8192  # the embedded base's training context: 16 batched rows of a few hundred tokens each
 
 
 class EngineUnavailable(BankError):
@@ -68,7 +78,7 @@ class LlamaCppExecution:
     ``reference`` returns the reference Execution Memory, loaded only if a shard needs it."""
 
     def __init__(self, root: Path, manifest_of: Callable[[], object], *, reference: Callable[[], object],
-                 threads: int | None = None, max_resident: int | None = None):
+                 threads: int | None = None, max_resident: int | None = None, merge: bool = True):
         from skillbank.model.constrain import GrammarCache
         from skillbank.model.light_tokenizer import LightTokenizer
         from skillbank.model.threads import default_threads
@@ -81,15 +91,18 @@ class LlamaCppExecution:
         self.base_digest = manifest.base["digest"]
         self.threads = threads or default_threads()
         self.tokenizer = LightTokenizer(embedded_tokenizer_dir())
-        self.decoder = LlamaCppDecoder(embedded_gguf_path(), threads=self.threads, n_ctx=8192, width=16)
-        self.shape = self.decoder.shape()
+        self.gguf = embedded_gguf_path()
+        self.shape, self.n_vocab = read_shape(self.gguf)
+        self.merge = merge
+        self._base: LlamaCppDecoder | None = None  # the base with runtime adapters (merge=False)
         self.stops = set(stop_token_ids(self.tokenizer))
-        self.grammars_compiled = GrammarCache(self.tokenizer, self.stops, self.decoder.n_vocab)
+        self.grammars_compiled = GrammarCache(self.tokenizer, self.stops, self.n_vocab)
         self.max_resident = max_resident
-        self.loaded: OrderedDict[str, str] = OrderedDict()  # shard -> key of its loaded adapter, LRU first
+        self.loaded: OrderedDict[str, str] = OrderedDict()  # shard -> key of what serves it, LRU first
+        self.merged: dict[str, LlamaCppDecoder] = {}  # shard -> its loaded merged model (merge=True)
         self.reference_shards: dict[str, str] = {}  # shard -> why the reference engine serves it
         self._grammars: LRUCache = LRUCache(grammars_kept(max_resident))
-        self._bitmask = np.full((1, (self.decoder.n_vocab + 31) // 32), -1, dtype=np.int32)
+        self._bitmask = np.full((1, (self.n_vocab + 31) // 32), -1, dtype=np.int32)
         self.stats = GenerationStats()
         self.conversions = 0
 
@@ -101,11 +114,21 @@ class LlamaCppExecution:
     def adapter_cache() -> Path:
         return cache_root() / "llamacpp" / "lora"
 
-    def _ensure(self, name: str, entry) -> bool:
-        """Load shard ``name``'s converted adapter (converting it first if needed); False when the reference
-        engine must serve it."""
+    @staticmethod
+    def merged_cache() -> Path:
+        return cache_root() / "llamacpp" / "merged"
+
+    @property
+    def base(self) -> LlamaCppDecoder:
+        if self._base is None:
+            self._base = LlamaCppDecoder(self.gguf, threads=self.threads, n_ctx=CONTEXT_TOKENS, width=16)
+        return self._base
+
+    def _ensure(self, name: str, entry) -> tuple[LlamaCppDecoder, str | None] | None:
+        """The decoder that plans shard ``name`` and the adapter to apply (None: merged into its weights), making
+        the shard's converted form first if needed; None when the reference engine must serve it."""
         if name in self.reference_shards:
-            return False
+            return None
         directory, digests = self.root / entry.dir, getattr(entry, "digests", None) or {}
         try:
             key = adapter_key(digests, self.base_digest)
@@ -113,46 +136,72 @@ class LlamaCppExecution:
             return self._by_reference(name, f"{exc}; no converted adapter can be checked against it")
         if self.loaded.get(name) == key:
             self.loaded.move_to_end(name)
-            return True
+            return (self.merged[name], None) if self.merge else (self.base, name)
+        self._drop(name)  # an older version of the shard (relearned in this process)
         # Checked as the shard loads (as the reference engine does): files changed after the bank was opened
         # fail here, naming the shard.
         problems = shard_file_problems(name, directory, digests)
         if problems:
             raise BankError(problems[0] + " (checked as the shard was loaded)")
-        path = self.adapter_cache() / f"{key}.gguf"
         try:
-            for attempt in (0, 1):
-                if attempt or not path.is_file():
-                    convert_lora(directory, path, self.shape)
-                    self.conversions += 1
-                try:
-                    self.decoder.load_adapter(name, path)
-                    break
-                except ModelError:
-                    if attempt:
-                        raise
-                    path.unlink(missing_ok=True)  # a stale or damaged cached conversion: made again, once
+            if self.merge:
+                path = self.merged_cache() / f"{key}.gguf"
+                decoder = self._cached(path, lambda p: merge_lora(directory, self.gguf, p, self.shape),
+                                       lambda p: LlamaCppDecoder(p, threads=self.threads, n_ctx=CONTEXT_TOKENS,
+                                                                 width=16))
+                self.merged[name] = decoder
+                _trim_cache(self.merged_cache(), _cache_budget(), keep=path)
+            else:
+                self._cached(self.adapter_cache() / f"{key}.gguf", lambda p: convert_lora(directory, p, self.shape),
+                             lambda p: self.base.load_adapter(name, p))
         except UnsupportedAdapter as exc:
             return self._by_reference(name, str(exc))
         except ModelError as exc:
-            raise BankError(f"shard {name!r}: its llama.cpp adapter does not load ({exc})") from exc
+            raise BankError(f"shard {name!r}: its llama.cpp form does not load ({exc})") from exc
         self.loaded[name] = key
-        self.loaded.move_to_end(name)
-        while self.max_resident is not None and len(self.loaded) > self.max_resident:
-            victim, _ = self.loaded.popitem(last=False)
-            self.decoder.drop_adapter(victim)
-        return True
+        limit = MERGED_RESIDENT if self.merge else self.max_resident
+        if self.merge and self.max_resident is not None:
+            limit = min(limit, self.max_resident)
+        while limit is not None and len(self.loaded) > limit:
+            self._drop(next(iter(self.loaded)))
+        return (self.merged[name], None) if self.merge else (self.base, name)
 
-    def _by_reference(self, name: str, why: str) -> bool:
-        """From now on the reference engine plans shard ``name`` (said once, with why); False for ``_ensure``."""
+    def _cached(self, path: Path, make: Callable[[Path], object], load: Callable[[Path], object]):
+        """``load(path)``, making the file first when it is missing; a file that does not load (damaged, or
+        written by another version) is made again, once."""
+        for attempt in (0, 1):
+            if attempt or not path.is_file():
+                make(path)
+                self.conversions += 1
+            try:
+                loaded = load(path)
+            except ModelError:
+                if attempt:
+                    raise
+                path.unlink(missing_ok=True)
+                continue
+            os.utime(path)  # the cache's least recently used file is the first to go
+            return loaded
+
+    def _drop(self, name: str) -> None:
+        """Unload what serves shard ``name`` (its merged model or its runtime adapter)."""
+        if self.loaded.pop(name, None) is None:
+            return
+        decoder = self.merged.pop(name, None)
+        if decoder is not None:
+            decoder.close()
+        elif self._base is not None:
+            self._base.drop_adapter(name)
+
+    def _by_reference(self, name: str, why: str) -> None:
+        """From now on the reference engine plans shard ``name`` (said once, with why); None for ``_ensure``."""
         self.reference_shards[name] = why
         print(f"skillbank: warning: shard {name!r} is planned with the reference engine: {why}", file=sys.stderr)
-        return False
+        return None
 
     def _forget_removed(self, entries: dict) -> None:
         for name in [n for n in self.loaded if n not in entries]:
-            self.decoder.drop_adapter(name)
-            del self.loaded[name]
+            self._drop(name)
         for key in [k for k in self._grammars if k[0] not in entries]:
             del self._grammars[key]
 
@@ -161,7 +210,7 @@ class LlamaCppExecution:
 
     # -- read --------------------------------------------------------------------------------
     def context_limit(self) -> int:
-        return self.decoder.n_ctx
+        return CONTEXT_TOKENS
 
     def check_lengths(self, requests: Sequence[str], max_new_tokens: int | None = None,
                       system_prompt: str | None = None) -> None:
@@ -192,19 +241,21 @@ class LlamaCppExecution:
         t0, tokens, done = time.perf_counter(), 0, 0
         for name, idx in groups.items():
             entry = entries[name]
-            if not self._ensure(name, entry):
+            serving = self._ensure(name, entry)
+            if serving is None:
                 by_reference += idx
                 continue
+            decoder, adapter = serving
             matchers = [None] * len(idx)
             if constrain:
                 matchers = [self.grammars_compiled.matcher(self.grammar(name, entry, requests[i] if copy_values else None))
                             for i in idx]
             prompts = [prompt_ids(self.tokenizer, requests[i], entry.system_prompt) for i in idx]
             if len(idx) == 1 or batch_size == 1:
-                steps = [self.decoder.decode(p, name, cap, self.stops, m, self._bitmask) for p, m in zip(prompts, matchers)]
+                steps = [decoder.decode(p, adapter, cap, self.stops, m, self._bitmask) for p, m in zip(prompts, matchers)]
             else:
-                steps = self.decoder.decode_many(prompts, name, cap, self.stops, matchers, self._bitmask,
-                                                 width=batch_size)
+                steps = decoder.decode_many(prompts, adapter, cap, self.stops, matchers, self._bitmask,
+                                            width=batch_size)
             for i, step in zip(idx, steps):
                 body = step.tokens[:-1] if step.stopped else step.tokens
                 text = self.tokenizer.decode(body, skip_special_tokens=True).strip()
@@ -230,6 +281,35 @@ class LlamaCppExecution:
             for i, o in zip(by_reference, outs):
                 results[i] = o
         return results  # type: ignore[return-value]
+
+
+def _cache_budget() -> int:
+    """Bytes the merged-model cache may hold ($SKILLBANK_MERGED_CACHE_MB, default 2048)."""
+    raw = os.environ.get("SKILLBANK_MERGED_CACHE_MB", "2048")
+    try:
+        return int(float(raw) * 2**20)
+    except ValueError:
+        raise BankError(f"SKILLBANK_MERGED_CACHE_MB={raw!r} is not a number of megabytes") from None
+
+
+def _trim_cache(directory: Path, budget: int, keep: Path) -> None:
+    """Delete the least recently used files of ``directory`` until it holds at most ``budget`` bytes (``keep``,
+    the file just made, stays whatever its size). A deleted file a process still has loaded stays readable to
+    it (the mapping holds it); it is made again when next needed."""
+    files = []
+    for path in directory.glob("*.gguf"):
+        try:
+            st = path.stat()
+        except FileNotFoundError:  # another process trimmed it
+            continue
+        files.append((st.st_mtime, st.st_size, path))
+    total = sum(size for _, size, _ in files)
+    for _, size, path in sorted(files):
+        if total <= budget:
+            break
+        if path != keep:
+            path.unlink(missing_ok=True)
+            total -= size
 
 
 __all__ = ["ENGINES", "EngineUnavailable", "LlamaCppExecution", "llamacpp_problem"]

@@ -122,13 +122,11 @@ def adapter_key(digests: dict, base_digest: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def convert_lora(shard_dir: str | os.PathLike, out: str | os.PathLike, shape: BaseShape) -> Path:
-    """Write the PEFT adapter in ``shard_dir`` as a llama.cpp LoRA GGUF at ``out`` (atomically: a crash leaves
-    no partial file under that name)."""
-    from gguf import GGUFWriter
+def _lora_updates(shard_dir: Path, shape: BaseShape) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """A shard's LoRA as llama.cpp tensor name -> (A [r, in], B [out, r]) with PEFT's scaling folded into B and
+    q/k rows in the GGUF's order; :class:`UnsupportedAdapter` for anything llama.cpp cannot apply exactly."""
     from safetensors.numpy import load_file
 
-    shard_dir, out = Path(shard_dir), Path(out)
     try:
         config = json.loads((shard_dir / "adapter_config.json").read_text())
     except (OSError, json.JSONDecodeError) as exc:
@@ -148,26 +146,30 @@ def convert_lora(shard_dir: str | os.PathLike, out: str | os.PathLike, shape: Ba
         pairs.setdefault((layer, module), {})[ab] = tensor.astype(np.float32)
     if not pairs:
         raise UnsupportedAdapter(f"{shard_dir}: the adapter holds no LoRA tensors")
+    out = {}
+    for (layer, module), ab in sorted(pairs.items()):
+        if set(ab) != {"A", "B"}:
+            raise UnsupportedAdapter(f"{shard_dir}: layer {layer} {module} lacks its LoRA {'AB'.strip(''.join(ab))}")
+        a, b = ab["A"], ab["B"] * np.float32(_scales(config, module, ab["A"].shape[0]))
+        if module == "q_proj":
+            b = _permute_rows(b, shape.n_head)
+        elif module == "k_proj":
+            b = _permute_rows(b, shape.n_head_kv)
+        out[f"blk.{layer}.{MODULES[module]}.weight"] = (np.ascontiguousarray(a), np.ascontiguousarray(b))
+    return out
+
+
+def _write_gguf(out: Path, arch: str, fill) -> Path:
+    """Write a GGUF at ``out`` atomically (aside, then renamed: a crash leaves no partial file under that name);
+    ``fill(writer)`` adds its fields and tensors."""
+    from gguf import GGUFWriter
+
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}-", dir=out.parent)
     os.close(fd)
     try:
-        writer = GGUFWriter(tmp, shape.arch)
-        writer.add_string("general.type", "adapter")
-        writer.add_string("adapter.type", "lora")
-        writer.add_float32("adapter.lora.alpha", 0.0)  # 0: llama.cpp applies B·A as written (scale folded into B)
-        for (layer, module), ab in sorted(pairs.items()):
-            if set(ab) != {"A", "B"}:
-                raise UnsupportedAdapter(f"{shard_dir}: layer {layer} {module} lacks its LoRA {'AB'.strip(''.join(ab))}")
-            a, b = ab["A"], ab["B"] * np.float32(_scales(config, module, ab["A"].shape[0]))
-            if module == "q_proj":
-                b = _permute_rows(b, shape.n_head)
-            elif module == "k_proj":
-                b = _permute_rows(b, shape.n_head_kv)
-            name = f"blk.{layer}.{MODULES[module]}.weight"
-            # numpy [r, in] / [out, r]: the shapes llama.cpp's adapter loader checks against the base tensor
-            writer.add_tensor(f"{name}.lora_a", np.ascontiguousarray(a))
-            writer.add_tensor(f"{name}.lora_b", np.ascontiguousarray(b))
+        writer = GGUFWriter(tmp, arch)
+        fill(writer)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
@@ -179,6 +181,87 @@ def convert_lora(shard_dir: str | os.PathLike, out: str | os.PathLike, shape: Ba
     return out
 
 
+def convert_lora(shard_dir: str | os.PathLike, out: str | os.PathLike, shape: BaseShape) -> Path:
+    """Write the PEFT adapter in ``shard_dir`` as a llama.cpp LoRA GGUF at ``out`` (atomically)."""
+    updates = _lora_updates(Path(shard_dir), shape)
+
+    def fill(writer) -> None:
+        writer.add_string("general.type", "adapter")
+        writer.add_string("adapter.type", "lora")
+        writer.add_float32("adapter.lora.alpha", 0.0)  # 0: llama.cpp applies B·A as written (scale folded into B)
+        for name, (a, b) in updates.items():
+            # numpy [r, in] / [out, r]: the shapes llama.cpp's adapter loader checks against the base tensor
+            writer.add_tensor(f"{name}.lora_a", a)
+            writer.add_tensor(f"{name}.lora_b", b)
+
+    return _write_gguf(Path(out), shape.arch, fill)
+
+
+def merge_lora(shard_dir: str | os.PathLike, base_gguf: str | os.PathLike, out: str | os.PathLike,
+               shape: BaseShape, weights: str = "q8_0") -> Path:
+    """Write the base GGUF with the shard's update merged into each adapted weight, as a whole model at ``out``
+    (atomically). llama.cpp applies a LoRA adapter as two extra products per adapted weight and token (~12% of a
+    decode step of the embedded base at rank 64 on four attention projections); a merged model costs what the
+    bare base does. The merged weights are stored as Q8_0 (every other tensor is the base's own bytes): its
+    rounding is ~15x finer than Q4_1's, so the merged model stays as close to the reference path (the
+    dequantized base plus the exact update) as the adapter route is. A base tensor type gguf-py cannot
+    dequantize is :class:`UnsupportedAdapter` (the reference engine serves the shard). ``weights="f16"`` stores
+    the merged weights in float16 instead (larger, slower; what the tests check the merge's arithmetic with)."""
+    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, Keys
+    from gguf.quants import dequantize, quantize
+
+    if weights not in ("q8_0", "f16"):
+        raise ModelError(f"merged weights are stored as 'q8_0' or 'f16', not {weights!r}")
+    updates = _lora_updates(Path(shard_dir), shape)
+    reader = GGUFReader(str(base_gguf))
+
+    def fill(writer) -> None:
+        for field in reader.fields.values():
+            if field.name == Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+                continue  # written by GGUFWriter itself
+            kind = field.types[0]
+            writer.add_key_value(field.name, field.contents(), kind,
+                                 sub_type=field.types[-1] if kind == GGUFValueType.ARRAY else None)
+        writer.add_string("skillbank.merged_lora", str(shard_dir))
+        for tensor in reader.tensors:
+            if tensor.name not in updates:
+                writer.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
+                continue
+            a, b = updates.pop(tensor.name)
+            try:
+                weight = dequantize(tensor.data, tensor.tensor_type)
+            except NotImplementedError as exc:
+                raise UnsupportedAdapter(f"{base_gguf}: {tensor.name} is {tensor.tensor_type.name}, which gguf-py "
+                                         f"cannot dequantize ({exc})") from None
+            weight = (weight + b @ a).astype(np.float32)
+            if weights == "f16" or weight.shape[-1] % 32:
+                writer.add_tensor(tensor.name, weight.astype(np.float16))
+            else:
+                writer.add_tensor(tensor.name, quantize(weight, GGMLQuantizationType.Q8_0),
+                                  raw_dtype=GGMLQuantizationType.Q8_0)
+        if updates:
+            raise UnsupportedAdapter(f"{shard_dir}: the base has no tensor {sorted(updates)[0]}")
+
+    return _write_gguf(Path(out), shape.arch, fill)
+
+
+def read_shape(gguf_path: str | os.PathLike) -> tuple[BaseShape, int]:
+    """A GGUF base's shape and vocabulary size, read by llama.cpp without loading its weights."""
+    import llama_cpp as L
+
+    L.llama_log_set(_quiet, None)
+    L.llama_backend_init()
+    params = L.llama_model_default_params()
+    params.vocab_only = True
+    model = L.llama_model_load_from_file(str(gguf_path).encode(), params)
+    if not model:
+        raise ModelError(f"llama.cpp cannot read {gguf_path}")
+    try:
+        return _shape_of(L, model), L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
+    finally:
+        L.llama_model_free(model)
+
+
 # -- decoding ----------------------------------------------------------------------------------------
 @dataclass
 class Step:
@@ -188,6 +271,21 @@ class Step:
     stopped: bool
     logprob: float  # summed, natural log, unconstrained
     reason: str | None = None
+
+
+def _shape_of(L, model) -> BaseShape:
+    """The shape from the GGUF's metadata (present even when llama.cpp loaded the vocabulary only)."""
+    def meta(key: str) -> str:
+        buf = ctypes.create_string_buffer(128)
+        n = L.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+        return buf.value.decode() if n >= 0 else ""
+
+    arch = meta("general.architecture") or "?"
+    if arch != "llama":
+        raise UnsupportedAdapter(f"architecture {arch!r}; the LoRA converter knows 'llama' only")
+    n_head = int(meta(f"{arch}.attention.head_count"))
+    return BaseShape(arch, n_head, int(meta(f"{arch}.attention.head_count_kv") or n_head),
+                     int(meta(f"{arch}.block_count")), int(meta(f"{arch}.context_length")))
 
 
 @ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
@@ -243,27 +341,28 @@ class LlamaCppDecoder:
 
     def shape(self) -> BaseShape:
         """The loaded base's shape, read from the model llama.cpp loaded (parsing the GGUF in Python took ~2 s)."""
-        L = self.L
-        buf = ctypes.create_string_buffer(64)
-        n = L.llama_model_meta_val_str(self.model, b"general.architecture", buf, len(buf))
-        arch = buf.value.decode() if n >= 0 else "?"
-        if arch != "llama":
-            raise UnsupportedAdapter(f"architecture {arch!r}; the LoRA converter knows 'llama' only")
-        return BaseShape(arch, L.llama_model_n_head(self.model), L.llama_model_n_head_kv(self.model),
-                         L.llama_model_n_layer(self.model), L.llama_model_n_ctx_train(self.model))
+        return _shape_of(self.L, self.model)
 
-    def __del__(self):
+    def close(self) -> None:
+        """Free the model, its context and adapters (also done when the decoder is collected)."""
         L = getattr(self, "L", None)
         if L is None:
             return
         for adapter in getattr(self, "adapters", {}).values():
             L.llama_adapter_lora_free(adapter)
+        self.adapters = {}
         if getattr(self, "batch", None) is not None:
             L.llama_batch_free(self.batch)
+            self.batch = None
         if getattr(self, "ctx", None):
             L.llama_free(self.ctx)
+            self.ctx = None
         if getattr(self, "model", None):
             L.llama_model_free(self.model)
+            self.model = None
+
+    def __del__(self):
+        self.close()
 
     def load_adapter(self, name: str, path: str | os.PathLike) -> None:
         adapter = self.L.llama_adapter_lora_init(self.model, str(path).encode())
@@ -442,4 +541,4 @@ def _common_head(prompts: Sequence[list[int]], min_tokens: int = 8) -> int:
 
 
 __all__ = ["BaseShape", "LlamaCppDecoder", "Step", "UnsupportedAdapter", "adapter_key", "adapter_problems",
-           "available", "convert_lora"]
+           "available", "convert_lora", "merge_lora", "read_shape"]
