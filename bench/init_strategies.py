@@ -1,0 +1,128 @@
+"""Where should a new executor start? FSM banks learned with each ``--init`` rule, same recipe, compared.
+
+Each rule learns the five built-in families in the stream's order with the demo's recipe (``configs/demo``:
+its seed, sizes, epochs and LoRA), a new shard starting from a fresh LoRA (``fresh``, the paper), the last
+shard added (``previous``) or the shard the Address Memory routes most of the new family's own training
+requests to (``nearest``; replay-free). Every bank is then planned on:
+
+- the template held-out requests, routed by its own Address Memory (what a user gets) and with the right shard
+  forced (Oracle: the executors alone), per family and as the macro mean over families;
+- the hand-written development sets (``tests/fixtures/paraphrase_builtin*.jsonl``), routed;
+
+with the scope gate off (every request planned) and the grammar on. The learning time of each family is the
+wall time of ``SkillBank.learn`` (one heavy job on the machine at a time). A bank that already exists under
+``--banks/<rule>`` is reused (``--banks`` may hold a ``fresh`` bank made by ``bench/gate_em.py --make``:
+the same recipe); where ``--banks/fresh`` exists, the other rules import its first family's shard (a fresh
+start under every rule) instead of training it again.
+
+    .venv/bin/python bench/init_strategies.py --banks runs/init --rules fresh,previous,nearest \
+        --json results/init/init.json
+
+Plans use the bank's default engine (llama.cpp on the embedded base where installed: ``bench/engine_parity.py``
+measures how it compares with the torch reference, the same for every rule).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
+DEV = ["paraphrase_builtin", "paraphrase_builtin_holdout", "paraphrase_builtin_short"]
+
+
+def make_bank(path: Path, rule: str, run, stream, first_from: Path | None) -> dict:
+    """Learn the stream's families into a new bank at ``path`` with ``init=rule``. The first family has nothing
+    to start from under any rule: with ``first_from`` (a bank of the same recipe) its shard is imported from
+    there instead of trained again."""
+    import tempfile
+
+    from skillbank.memory.bank import SkillBank
+    from skillbank.model.base import load_base
+
+    bank = SkillBank.create(path, base=load_base(run.base_config()))
+    seconds = {}
+    families = list(stream.family_keys)
+    if first_from is not None:
+        export = Path(tempfile.mkdtemp()) / "first"
+        SkillBank.open_offline(first_from).export_family(families[0], export)
+        bank.import_family(export)
+        print(f"[{rule}] {families[0]} imported from {first_from} (a fresh start under every rule)", flush=True)
+        families = families[1:]
+    for family in families:
+        t0 = time.perf_counter()
+        entry = bank.learn(family, stream.train[family], run.train_config(), catalog=stream.catalog, init=rule)
+        seconds[family] = round(time.perf_counter() - t0, 1)
+        print(f"[{rule}] learned {family} in {seconds[family]:.0f} s, start: {entry.lineage}", flush=True)
+    (path / "learn_seconds.json").write_text(json.dumps(seconds, indent=1) + "\n")
+    return seconds
+
+
+def graph_em(records, plans) -> list[int]:
+    from skillbank.graph import TaskGraph
+    from skillbank.metrics import score_example
+    return [int(score_example(r.graph, TaskGraph.from_dict(p.graph) if p.graph else None).graph_em)
+            for r, p in zip(records, plans)]
+
+
+def evaluate(path: Path, stream, batch_size: int) -> dict:
+    from skillbank.data.records import Record
+    from skillbank.memory.bank import SkillBank
+
+    bank = SkillBank.open(path)
+    out: dict = {"lineage": {e.name: e.lineage for e in bank.manifest.shards}, "routed": {}, "oracle": {}}
+    t0 = time.perf_counter()
+    for family in stream.family_keys:
+        records = stream.test[family]
+        requests = [r.request for r in records]
+        routed = bank.plan(requests, scope=False, batch_size=batch_size)
+        oracle = bank.plan(requests, shard=family, batch_size=batch_size)
+        out["routed"][family] = round(100 * sum(graph_em(records, routed)) / len(records), 1)
+        out["oracle"][family] = round(100 * sum(graph_em(records, oracle)) / len(records), 1)
+    for kind in ("routed", "oracle"):
+        out[f"{kind}_macro"] = round(sum(out[kind].values()) / len(out[kind]), 1)
+    dev = [Record.from_dict(json.loads(line)) for f in DEV
+           for line in (FIXTURES / f"{f}.jsonl").read_text().splitlines() if line.strip()]
+    dev = [r for r in dev if r.family in bank.shard_names]
+    plans = bank.plan([r.request for r in dev], scope=False, batch_size=batch_size)
+    out["handwritten_dev"] = {"n": len(dev), "em": round(100 * sum(graph_em(dev, plans)) / len(dev), 1)}
+    out["plan_seconds"] = round(time.perf_counter() - t0, 1)
+    seconds = path / "learn_seconds.json"
+    if seconds.is_file():
+        out["learn_seconds"] = json.loads(seconds.read_text())
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--banks", type=Path, required=True, help="one bank per rule is made (or reused) here")
+    ap.add_argument("--rules", default="fresh,previous,nearest", help="comma-separated --init rules")
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args()
+
+    from skillbank.config import RunConfig, packaged_config
+    from skillbank.data.builtin import build_builtin_stream
+
+    run = RunConfig.from_toml(packaged_config("demo"))
+    stream = build_builtin_stream(seed=run.stream.seed, train_per_family=run.stream.train_per_family,
+                                  test_per_family=run.stream.test_per_family)
+    report = {"recipe": "demo", "families": stream.family_keys, "rules": {}}
+    for rule in args.rules.split(","):
+        path = args.banks / rule
+        if not (path / "bank.json").is_file():
+            first_from = args.banks / "fresh" if rule != "fresh" and (args.banks / "fresh" / "bank.json").is_file() \
+                else None
+            make_bank(path, rule, run, stream, first_from)
+        report["rules"][rule] = row = evaluate(path, stream, args.batch_size)
+        print(f"[{rule}] macro EM routed {row['routed_macro']}, oracle {row['oracle_macro']}; hand-written dev "
+              f"{row['handwritten_dev']['em']} (n={row['handwritten_dev']['n']}); per family oracle "
+              f"{row['oracle']}", flush=True)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
