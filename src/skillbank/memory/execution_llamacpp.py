@@ -47,7 +47,7 @@ from skillbank.model.prompts import prompt_ids, stop_token_ids
 from skillbank.model.serialization import decode_output
 
 ENGINES = ("auto", "llama.cpp", "torch")
-MERGED_RESIDENT = 3  # merged models kept loaded (each ~110 MB of weights and its context's cache)
+MERGED_RESIDENT = 3  # merged models kept loaded (~300 MB each: ~110 MB of weights, an 8,192-token KV cache)
 CONTEXT_TOKENS = 8192  # the embedded base's training context: 16 batched rows of a few hundred tokens each
 
 
