@@ -45,9 +45,9 @@ def make_bank(path: Path, rule: str, run, stream, first_from: Path | None) -> di
     seconds = {}
     families = list(stream.family_keys)
     if first_from is not None:
-        export = Path(tempfile.mkdtemp()) / "first"
-        SkillBank.open_offline(first_from).export_family(families[0], export)
-        bank.import_family(export)
+        with tempfile.TemporaryDirectory() as tmp:
+            SkillBank.open_offline(first_from).export_family(families[0], Path(tmp) / "first")
+            bank.import_family(Path(tmp) / "first")
         print(f"[{rule}] {families[0]} imported from {first_from} (a fresh start under every rule)", flush=True)
         families = families[1:]
     for family in families:

@@ -159,9 +159,9 @@ class LlamaCppExecution:
         except ModelError as exc:
             raise BankError(f"shard {name!r}: its llama.cpp form does not load ({exc})") from exc
         self.loaded[name] = key
-        limit = MERGED_RESIDENT if self.merge else self.max_resident
-        if self.merge and self.max_resident is not None:
-            limit = min(limit, self.max_resident)
+        limit = self.max_resident
+        if self.merge:  # a loaded merged model is a whole model and its cache, not an adapter's few MB
+            limit = MERGED_RESIDENT if limit is None else min(limit, MERGED_RESIDENT)
         while limit is not None and len(self.loaded) > limit:
             self._drop(next(iter(self.loaded)))
         return (self.merged[name], None) if self.merge else (self.base, name)

@@ -1,9 +1,10 @@
-"""Executors on llama.cpp: the embedded base's GGUF file, each shard's LoRA converted to llama.cpp's adapter form.
+"""Executors on llama.cpp: the embedded base's GGUF file with each shard's LoRA merged in or applied as an adapter.
 
 The reference decoder (:mod:`skillbank.model.decode`) runs the base through transformers and PEFT on the
 dequantized weights. On a small CPU that path pays for Python around every layer and for importing torch,
 transformers and PEFT (~7 s before the first plan). llama.cpp runs the very GGUF file the embedded base ships
-as, with the LoRA applied as its own low-rank product per layer, so a shard's plan comes out of a C++ loop.
+as, with the shard's update merged into its weights (or applied as a low-rank product per layer), so a shard's
+plan comes out of a C++ loop.
 
 What this module does:
 
@@ -14,11 +15,13 @@ What this module does:
   permuted the way the GGUF stores them (rotary halves interleaved; checked against the GGUF's own tensors in
   tests). PEFT's scaling (``lora_alpha / r``, rsLoRA, per-module patterns) is folded into B, and the file says
   alpha 0, which llama.cpp reads as "scale 1".
+- :func:`merge_lora` writes the base GGUF again with the same update merged into each adapted weight (Q8_0),
+  a whole model per shard that decodes at the bare base's speed (what the engine plans with by default).
 - :class:`LlamaCppDecoder` holds the model, one context and the loaded adapters, and decodes greedily - one
   request (reusing the KV cache of the head its prompt shares with the previous one) or a shard's requests
-  together (rows advancing in one forward pass, their common head shared) -, each step's logits masked by the row's grammar matcher (the same
-  llguidance matchers as the reference path) and the arg-max picked, the log-probability read before
-  masking - the arithmetic of :class:`~skillbank.model.decode.RowBatch`, row by row.
+  together (rows advancing in one forward pass, their common head shared) -, each step's logits masked by
+  the row's grammar matcher (the same llguidance matchers as the reference path) and the arg-max picked, the
+  log-probability read before masking - the arithmetic of :class:`~skillbank.model.decode.RowBatch`, row by row.
 
 Numerics: llama.cpp multiplies the Q4_1 weights with 8-bit-quantized activations, the reference path with the
 float32 dequantized weights, so logits differ in the last digits and a near-tie may pick differently.
@@ -202,9 +205,11 @@ def merge_lora(shard_dir: str | os.PathLike, base_gguf: str | os.PathLike, out: 
     """Write the base GGUF with the shard's update merged into each adapted weight, as a whole model at ``out``
     (atomically). llama.cpp applies a LoRA adapter as two extra products per adapted weight and token (~12% of a
     decode step of the embedded base at rank 64 on four attention projections); a merged model costs what the
-    bare base does. The merged weights are stored as Q8_0 (every other tensor is the base's own bytes): its
-    rounding is ~15x finer than Q4_1's, so the merged model stays as close to the reference path (the
-    dequantized base plus the exact update) as the adapter route is. A base tensor type gguf-py cannot
+    bare base does. The merged weights are stored as Q8_0 (every other tensor is the base's own bytes), rounding
+    ~15x finer than Q4_1's; llama.cpp then also rounds the activations the update multiplies to 8 bits, which
+    the runtime adapter does not, so an oversized update lands farther from the reference path (the dequantized
+    base plus the exact update) than the adapter route does - trained shards plan as the reference does
+    (``bench/engine_parity.py``; ``tests/test_llamacpp.py`` bounds both). A base tensor type gguf-py cannot
     dequantize is :class:`UnsupportedAdapter` (the reference engine serves the shard). ``weights="f16"`` stores
     the merged weights in float16 instead (larger, slower; what the tests check the merge's arithmetic with)."""
     from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, Keys
@@ -247,10 +252,7 @@ def merge_lora(shard_dir: str | os.PathLike, base_gguf: str | os.PathLike, out: 
 
 def read_shape(gguf_path: str | os.PathLike) -> tuple[BaseShape, int]:
     """A GGUF base's shape and vocabulary size, read by llama.cpp without loading its weights."""
-    import llama_cpp as L
-
-    L.llama_log_set(_quiet, None)
-    L.llama_backend_init()
+    L = _library()
     params = L.llama_model_default_params()
     params.vocab_only = True
     model = L.llama_model_load_from_file(str(gguf_path).encode(), params)
@@ -293,6 +295,15 @@ def _quiet(level, text, user_data):  # llama.cpp logs every load to stderr; its 
     return None
 
 
+def _library():
+    """llama-cpp-python's bindings, its logging silenced and its backend initialised (both idempotent)."""
+    import llama_cpp as L
+
+    L.llama_log_set(_quiet, None)
+    L.llama_backend_init()
+    return L
+
+
 class _Row:
     """A prompt being decoded in a batch: its sequence in the KV cache, position, tokens so far."""
 
@@ -312,11 +323,7 @@ class LlamaCppDecoder:
 
     def __init__(self, gguf_path: str | os.PathLike, *, threads: int, n_ctx: int = 4096, n_batch: int = 512,
                  width: int = 16):
-        import llama_cpp as L
-
-        self.L = L
-        L.llama_log_set(_quiet, None)
-        L.llama_backend_init()
+        self.L = L = _library()
         params = L.llama_model_default_params()
         self.model = L.llama_model_load_from_file(str(gguf_path).encode(), params)
         if not self.model:
