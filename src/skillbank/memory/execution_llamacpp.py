@@ -4,8 +4,8 @@ The bank's format of record stays the PEFT directory of each shard. The first ti
 machine, this engine writes the base GGUF with the shard's update merged into its weights
 (:func:`skillbank.model.llamacpp.merge_lora`; ~3 s, ~110 MB for the embedded base) under
 ``<cache root>/llamacpp/merged/<key>.gguf``, and plans with it as its own llama.cpp model: a merged model decodes
-at the bare base's speed, where llama.cpp's runtime LoRA adds two products per adapted weight and token (~12% of
-a decode step here). The key hashes the shard's recorded adapter file digests, the base digest and the
+at about the bare base's speed, where llama.cpp's runtime LoRA adds two products per adapted weight and token
+(16-24% of a decode step here: ``scripts/llamacpp_lora_overhead.py``). The key hashes the shard's recorded adapter file digests, the base digest and the
 converter version - so a relearned shard, another base or a newer converter never reads a stale file, and a
 partial file never exists under that name (written aside, then renamed). A cached file llama.cpp cannot load is
 made again once. The cache keeps the most recently used merged models within a disk budget

@@ -203,9 +203,9 @@ def convert_lora(shard_dir: str | os.PathLike, out: str | os.PathLike, shape: Ba
 def merge_lora(shard_dir: str | os.PathLike, base_gguf: str | os.PathLike, out: str | os.PathLike,
                shape: BaseShape, weights: str = "q8_0") -> Path:
     """Write the base GGUF with the shard's update merged into each adapted weight, as a whole model at ``out``
-    (atomically). llama.cpp applies a LoRA adapter as two extra products per adapted weight and token (~12% of a
-    decode step of the embedded base at rank 64 on four attention projections); a merged model costs what the
-    bare base does. The merged weights are stored as Q8_0 (every other tensor is the base's own bytes), rounding
+    (atomically). llama.cpp applies a LoRA adapter as two extra products per adapted weight and token (16-24% of a
+    decode step of the embedded base at rank 64 on four attention projections); a merged model costs about
+    what the bare base does (``scripts/llamacpp_lora_overhead.py``). The merged weights are stored as Q8_0 (every other tensor is the base's own bytes), rounding
     ~15x finer than Q4_1's; llama.cpp then also rounds the activations the update multiplies to 8 bits, which
     the runtime adapter does not, so an oversized update lands farther from the reference path (the dequantized
     base plus the exact update) than the adapter route does - trained shards plan as the reference does
