@@ -1,16 +1,20 @@
-"""Service load test on loopback: the same requests against `skillbank serve` with batching and without, in one run.
+"""Service load test on loopback: `skillbank serve` under 1, 4 and 16 concurrent clients, per engine, in one run.
 
-For each mode a fresh `skillbank serve BANK` process is started on 127.0.0.1 (learning over HTTP off, so the
-bank is only read) and warmed up with one request; then --clients concurrent clients run a closed loop for
---seconds (each sends its next request when the previous answer arrives; requests still running at the
-end are cut off and not counted), taking in turn held-out requests of every family of the built-in
-benchmark, so they spread over all shards. Reported per mode: completed requests, throughput (requests/s
-and generated tokens/s), p50/p99 latency, errors (anything but 200; 429s would be listed apart, as
-deliberate back-pressure), mean batch size (rows decoding together when a request joins), and the Address
-Memory's routing time per request and as a share of the mean request latency; then the batched/unbatched
-throughput ratio and how many requests answered in both modes got identical answers.
+For each engine (--engines, default llama.cpp and torch) a fresh `skillbank serve BANK --engine E` process is
+started on 127.0.0.1 (learning over HTTP off, so the bank is only read) and warmed up with one request per
+shard; then for each count of --clients, that many clients run a closed loop for --seconds (each sends its
+next request when the previous answer arrives; requests still running at the end are cut off and not
+counted), taking in turn held-out requests of every family of the built-in benchmark, so the traffic mixes
+all shards. Reported per engine and client count: completed requests, throughput (requests/s and generated
+tokens/s), p50/p95 latency, errors (anything but 200; 429s listed apart, as deliberate back-pressure), mean
+batch size (rows decoding together when a request joins); then each engine's 16-client throughput over its
+own one-client figure (the batch-1 service) and the engines' ratios, and how many answers both engines gave
+alike.
 
-    .venv/bin/python bench/serve.py [--bank runs/demo/methods/fsm/bank] [--clients 16] [--seconds 90]
+    .venv/bin/python bench/serve.py [--bank runs/demo/methods/fsm/bank] [--clients 1,4,16] [--seconds 60]
+
+With --batching-ratio it runs the earlier comparison instead: one engine (--engine) with batching and without
+(--no-batching), --clients (one count) each, and the batched/unbatched throughput ratio.
 
 With --flood it measures fair admission instead: a polite client (its own loopback address, one plan at a
 time, waiting out Retry-After on a 429) first alone on an idle server, then side by side with a flooding
@@ -63,8 +67,10 @@ def metric_sum(text: str, name: str) -> float:
     return total
 
 
-def start_server(bank: Path, port: int, args, batching: bool, extra: tuple[str, ...] = ()) -> subprocess.Popen:
+def start_server(bank: Path, port: int, args, batching: bool, extra: tuple[str, ...] = (),
+                 engine: str | None = None) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "skillbank", "serve", str(bank), "--port", str(port), "--log-level", "warning",
+           "--engine", engine or args.engine,
            "--max-new-tokens", str(args.max_new_tokens), "--max-batch", str(args.max_batch),
            "--batch-window-ms", str(args.window_ms), "--queue-size", "1024", "--timeout-s", "1800",
            # every request generated: the load test measures generation, not how many the scope check refuses
@@ -131,7 +137,8 @@ def summarise(name: str, run: dict, metrics_text: str) -> dict:
     batches = metric_sum(metrics_text, "skillbank_batch_size_count")
     rows = metric_sum(metrics_text, "skillbank_batch_size_sum")
     return {"mode": name, "completed": len(ok), "wall_s": run["wall"], "req_per_s": len(ok) / run["wall"],
-            "tokens_per_s": tokens / run["wall"], "p50_s": percentile(lat, 50), "p99_s": percentile(lat, 99),
+            "tokens_per_s": tokens / run["wall"], "p50_s": percentile(lat, 50), "p95_s": percentile(lat, 95),
+            "p99_s": percentile(lat, 99),
             "errors": sum(1 for r in results.values() if r["status"] not in (200, 429, "cut")),
             "cut": sum(1 for r in results.values() if r["status"] == "cut"),
             "rejected_429": sum(1 for r in results.values() if r["status"] == 429),
@@ -165,6 +172,93 @@ def run_mode(bank: Path, args, requests: list[str], batching: bool) -> dict:
     diff = "\n".join(f"{n} {metric_sum(metrics_text, n) - metric_sum(base_metrics, n)}"
                      for n in ("skillbank_batch_size_count", "skillbank_batch_size_sum"))
     return summarise(name, run, diff)
+
+
+# -- engines x concurrent clients ----------------------------------------------------------------------
+def run_engine(bank: Path, args, requests: list[str], engine: str, warm: list[str]) -> list[dict]:
+    """One server with ``engine``; a closed loop per client count. Returns one summary per count."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    print(f"[{engine}] starting skillbank serve on {url} ...", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    proc = start_server(bank, port, args, batching=True, engine=engine)
+    out = []
+    try:
+        wait_healthy(url, proc)
+        health = httpx.get(url + "/healthz").json()
+        if health.get("engine") != engine:
+            sys.exit(f"the server runs the {health.get('engine')} engine, not {engine}")
+        for request in warm:  # every shard loaded (and, for llama.cpp, merged) before anything is measured
+            httpx.post(url + "/v1/plan", json={"request": request}, timeout=600)
+        print(f"[{engine}] up and warm in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+        for clients in args.client_counts:
+            before = httpx.get(url + "/metrics").text
+            print(f"[{engine}] {clients} clients for {args.seconds:g} s ...", file=sys.stderr, flush=True)
+            run = asyncio.run(load(url, requests, clients, args.seconds))
+            after = httpx.get(url + "/metrics").text
+            diff = "\n".join(f"{n} {metric_sum(after, n) - metric_sum(before, n)}"
+                             for n in ("skillbank_batch_size_count", "skillbank_batch_size_sum"))
+            summary = summarise(f"{engine} x{clients}", run, diff)
+            summary.update(engine=engine, clients=clients)
+            out.append(summary)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return out
+
+
+def main_engines(args, requests: list[str], shards: list[str], warm: list[str]) -> None:
+    t0 = time.perf_counter()
+    runs = {engine: run_engine(args.bank, args, requests, engine, warm) for engine in args.engine_list}
+    print(f"\nmixed traffic over {len(shards)} shards, loopback, greedy, grammar on, cap {args.max_new_tokens} tokens, "
+          f"threads {args.threads or 'cores - 1'}, max batch {args.max_batch}, window {args.window_ms:g} ms, "
+          f"{args.seconds:g} s per row; machine: {os.cpu_count()} cores, load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{'engine':<10} {'clients':>7} {'done':>5} {'cut':>4} {'req/s':>7} {'tok/s':>7} {'p50 s':>7} {'p95 s':>7} "
+          f"{'errors':>6} {'429':>4} {'batch':>6} {'valid':>6}")
+    for engine, rows in runs.items():
+        for r in rows:
+            print(f"{engine:<10} {r['clients']:>7} {r['completed']:>5} {r['cut']:>4} {r['req_per_s']:>7.3f} "
+                  f"{r['tokens_per_s']:>7.1f} {r['p50_s']:>7.2f} {r['p95_s']:>7.2f} {r['errors']:>6} "
+                  f"{r['rejected_429']:>4} {r['mean_batch']:>6.2f} {r['valid']:>6}")
+    ratios = {}
+    for engine, rows in runs.items():
+        one, most = rows[0], rows[-1]
+        if one["req_per_s"]:
+            ratios[f"{engine}: {most['clients']} clients / {one['clients']} (throughput)"] = most["req_per_s"] / one["req_per_s"]
+    if len(runs) == 2:
+        (a, ra), (b, rb) = runs.items()
+        for x, y in zip(ra, rb):
+            if y["req_per_s"]:
+                ratios[f"{a} / {b}, {x['clients']} clients (throughput)"] = x["req_per_s"] / y["req_per_s"]
+            if x["p50_s"]:
+                ratios[f"{b} / {a}, {x['clients']} clients (p50 latency)"] = y["p50_s"] / x["p50_s"]
+        same = both = 0
+        for x, y in zip(ra, rb):
+            common = set(x["answers"]) & set(y["answers"])
+            both += len(common)
+            same += sum(x["answers"][i] == y["answers"][i] for i in common)
+        ratios_text = f"identical answers ({a} vs {b}, same request index and client count): {same}/{both}"
+    else:
+        ratios_text = ""
+    print("ratios:")
+    for k, v in ratios.items():
+        print(f"  {k}: {v:.2f}x")
+    if ratios_text:
+        print("  " + ratios_text)
+    print(f"total {time.perf_counter() - t0:.0f} s")
+    for rows in runs.values():
+        for r in rows:
+            for sample in r["error_samples"]:
+                print(f"  {r['mode']} error: {sample}")
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "ratios": ratios,
+                                         "load_average": os.getloadavg(),
+                                         "runs": {e: [{k: v for k, v in r.items() if k != "answers"} for r in rows]
+                                                  for e, rows in runs.items()}}, indent=1))
 
 
 # -- fair admission under a flood ----------------------------------------------------------------------
@@ -299,8 +393,11 @@ def main_flood(args, requests: list[str], shards: list[str]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bank", type=Path, default=Path("runs/demo/methods/fsm/bank"))
-    ap.add_argument("--clients", type=int, default=16)
-    ap.add_argument("--seconds", type=float, default=90, help="length of each mode's run")
+    ap.add_argument("--clients", default="1,4,16", help="concurrent clients: counts to sweep (--batching-ratio: one)")
+    ap.add_argument("--engines", default="llama.cpp,torch", help="engines to compare (skillbank serve --engine)")
+    ap.add_argument("--engine", default="auto", help="--batching-ratio and --flood: the one engine to run")
+    ap.add_argument("--batching-ratio", action="store_true", help="compare batching on and off instead")
+    ap.add_argument("--seconds", type=float, default=60, help="length of each measured run")
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--window-ms", type=float, default=20)
     ap.add_argument("--max-new-tokens", type=int, default=160, help="the built-in stream's longest target is 127")
@@ -311,6 +408,8 @@ def main() -> None:
     ap.add_argument("--flooders", type=int, default=32, help="--flood: the flooder's requests in flight")
     ap.add_argument("--flood-queue", type=int, default=32, help="--flood: the server's --queue-size")
     args = ap.parse_args()
+    args.client_counts = [int(c) for c in str(args.clients).split(",")]
+    args.engine_list = [e.strip() for e in args.engines.split(",") if e.strip()]
     if not (args.bank / "bank.json").is_file():
         sys.exit(f"{args.bank} is not a bank: run `make demo` first (it writes runs/demo/methods/fsm/bank) or pass --bank")
 
@@ -327,6 +426,12 @@ def main() -> None:
     if args.flood:
         main_flood(args, requests, shards)
         return
+    if not args.batching_ratio:
+        main_engines(args, requests, shards, warm=[per_family[i][-1] for i in range(len(shards))])
+        return
+    if len(args.client_counts) != 1:
+        sys.exit("--batching-ratio takes one --clients count")
+    args.clients = args.client_counts[0]
 
     t0 = time.perf_counter()
     batched = run_mode(args.bank, args, requests, batching=True)
@@ -335,7 +440,7 @@ def main() -> None:
     both = len(set(batched["answers"]) & set(unbatched["answers"]))
 
     print(f"\n{args.clients} concurrent clients, {len(shards)} shards, loopback, greedy, cap {args.max_new_tokens} "
-          f"tokens, torch threads {args.threads or 'cores - 1'}, max batch {args.max_batch}, window {args.window_ms:g} ms")
+          f"tokens, engine {args.engine}, threads {args.threads or 'cores - 1'}, max batch {args.max_batch}, window {args.window_ms:g} ms")
     print(f"{'mode':<10} {'done':>5} {'cut':>4} {'req/s':>7} {'tok/s':>7} {'p50 s':>7} {'p99 s':>7} "
           f"{'errors':>6} {'429':>4} {'batch':>6} {'route ms':>9} {'route share':>11}")
     for r in (batched, unbatched):

@@ -163,6 +163,37 @@ def test_a_batch_decodes_every_prompt_as_alone(real_base):
     assert [s.stopped for s in many] == [s.stopped for s in alone]
 
 
+@pytest.mark.real_model
+def test_rows_that_join_a_running_batch_or_wait_for_room_decode_as_alone(real_base):
+    """Continuous batching (the service's llama.cpp engine): prompts fed in while rows decode join them, with
+    caps of their own, and are reported the moment they end; in a context too small for every row at once,
+    a row waits for another to give its cells back (rows overflowing the context failed the whole batch)."""
+    from skillbank.model.embedded import embedded_gguf_path
+    from skillbank.model.llamacpp import LlamaCppDecoder
+    from skillbank.model.prompts import prompt_ids, stop_token_ids
+
+    stops = set(stop_token_ids(real_base.tokenizer))
+    prompts = [prompt_ids(real_base.tokenizer, r) for r in REQUESTS]
+    caps = [12, 5, 12, 8, 12]
+    decoder = LlamaCppDecoder(embedded_gguf_path(), threads=1, n_ctx=1024, width=4)
+    alone = [decoder.decode(p, None, c, stops).tokens for p, c in zip(prompts, caps)]
+
+    pending, done, steps = [(p, None, c) for p, c in zip(prompts[1:], caps[1:])], [], []
+
+    def feed():  # one more prompt every second step
+        return [pending.pop(0)] if pending and len(steps) % 2 == 0 else []
+
+    out = decoder.decode_many(prompts[:1], None, caps[:1], stops, width=3, feed=feed,
+                              on_done=lambda i, step: done.append(i), on_step=steps.append,
+                              head_hint=prompt_ids(real_base.tokenizer, "-"))
+    assert [s.tokens for s in out] == alone
+    assert sorted(done) == list(range(5)) and max(steps) <= 3 and max(steps) >= 2
+
+    longest = max(len(p) for p in prompts) + 12
+    tight = LlamaCppDecoder(embedded_gguf_path(), threads=1, n_ctx=longest + 8, width=4)  # about one row at a time
+    assert [s.tokens for s in tight.decode_many(prompts, None, caps, stops)] == alone
+
+
 def test_adapters_llama_cpp_cannot_apply_exactly_are_named(tmp_path):
     assert adapter_problems({"peft_type": "LORA", "target_modules": ["q_proj", "v_proj"]}) == []
     problems = adapter_problems({"use_dora": True, "bias": "all", "target_modules": ["q_proj", "lm_head"]})
@@ -213,6 +244,43 @@ def test_a_bank_on_the_embedded_base_plans_with_llama_cpp(real_base, small_strea
     assert any(p.stem == runtime.loaded[key] for p in runtime.adapter_cache().glob("*.gguf"))
 
 
+@pytest.mark.real_model
+def test_the_service_plans_with_llama_cpp_as_the_bank_does(real_base, small_stream, tmp_path):
+    """`skillbank serve` picks the llama.cpp engine for a bank on the embedded base: torch is never loaded for
+    it, and requests of two shards - in one call, and from concurrent clients, so rows join running batches
+    and shards take turns - come back as ``SkillBank.plan`` writes them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fastapi.testclient import TestClient
+
+    from skillbank.serve.app import create_app
+    from skillbank.serve.config import ServeConfig
+    from skillbank.train.executor import TrainConfig, top_layers
+
+    keys = small_stream.family_keys[:2]
+    bank = SkillBank.create(tmp_path / "bank", base=real_base)
+    cfg = TrainConfig(epochs=1, batch_size=2, rank=4, dropout=0.0, target_format="compact",
+                      layers_to_transform=top_layers(real_base.num_layers, 2), target_modules=("q_proj", "v_proj"))
+    for key in keys:
+        bank.learn(key, small_stream.train[key][:2], cfg, skills=small_stream.catalog.family(key).skills,
+                   progress=False)
+    requests = [small_stream.test[k][i].request for i in range(3) for k in keys]
+    expected = SkillBank.open(tmp_path / "bank", engine="llama.cpp").plan(requests, max_new_tokens=10, scope=False)
+    expected = [(p.shard, p.raw) for p in expected]
+
+    app = create_app(tmp_path / "bank", ServeConfig(max_new_tokens=10, scope=False))
+    service = app.state.service
+    with TestClient(app) as client:
+        assert client.get("/healthz").json()["engine"] == "llama.cpp"
+        plans = client.post("/v1/plan", json={"request": requests}).json()["plans"]
+        assert [(p["shard"], p["raw"]) for p in plans] == expected
+        with ThreadPoolExecutor(len(requests)) as pool:
+            answers = list(pool.map(lambda r: client.post("/v1/plan", json={"request": r}).json()["plans"][0],
+                                    requests))
+        assert [(a["shard"], a["raw"]) for a in answers] == expected
+    assert service.snapshot.bank._execution is None and service._reference is None  # torch never loaded
+
+
 def test_the_merged_cache_keeps_the_most_recently_used_within_its_budget(tmp_path):
     import os
 
@@ -243,6 +311,11 @@ def test_banks_on_other_bases_plan_with_torch(tmp_path, tiny_model_dir, small_st
         SkillBank.open(tmp_path / "bank", engine="llama.cpp").plan(["a request"], scope=False, max_new_tokens=2)
     with pytest.raises(BankError, match="unknown engine 'vllm'"):
         SkillBank.open(tmp_path / "bank", engine="vllm")
+    from skillbank.serve.config import ServeConfig
+    from skillbank.serve.service import serve_engine
+    assert serve_engine(tmp_path / "bank", ServeConfig()) == "torch"  # auto
+    with pytest.raises(EngineUnavailable, match="not the embedded GGUF model"):
+        serve_engine(tmp_path / "bank", ServeConfig(engine="llama.cpp"))
 
 
 def test_planning_with_llama_cpp_imports_no_torch(tmp_path):

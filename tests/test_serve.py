@@ -158,7 +158,8 @@ def test_models_shards_health_metrics_openapi(client, small_stream):
     assert {s["id"] for s in skills} == set(small_stream.catalog.family(k1).skills)
     assert all("description" in s for s in skills)  # specs from the shard's skills.json
     health = client.get("/healthz").json()
-    assert health == {"status": "ok", "mode": "local", "shards": 2, "queue_depth": 0, "learning": None, "version": 1}
+    assert health == {"status": "ok", "mode": "local", "engine": "torch", "shards": 2, "queue_depth": 0, "learning": None,
+                      "version": 1}
     client.post("/v1/plan", json={"request": requests_of(small_stream, k1)[0]})
     metrics = client.get("/metrics")
     assert metrics.headers["content-type"].startswith("text/plain")

@@ -28,7 +28,10 @@ def serve(
                                          help="Prefill every prompt whole (default: reuse each shard's shared prompt prefix)."),
     upstream: Optional[str] = typer.Option(None, help="OpenAI-compatible server that generates (vLLM: see "
                                            "`skillbank export vllm`); routing and the scope check stay here, no base model is loaded."),
-    threads: Optional[int] = typer.Option(None, help="Torch threads of the served model (default: cores - 1, max 8)."),
+    engine: str = typer.Option("auto", help="What generates: llama.cpp (each shard's merged GGUF; the embedded "
+                               "base only), torch (rows of all shards in one batch), or auto (llama.cpp where it "
+                               "can serve the bank)."),
+    threads: Optional[int] = typer.Option(None, help="Threads of the served model (default: cores - 1, max 8)."),
     learn_threads: Optional[int] = typer.Option(None, help="Torch threads of a background learn job."),
     learn_checkpoint_minutes: float = typer.Option(10.0, min=0, help="A learn job writes its training's state into "
                                                    "BANK/checkpoints/ this often (0: never); posting the same family "
@@ -74,7 +77,7 @@ def serve(
                                    allowed_hosts=LOOPBACK_NAMES if is_loopback(host) else None,
                                    max_batch=max_batch, queue_size=queue_size, timeout_s=timeout_s,
                                    max_request_chars=max_request_chars, max_list=max_list,
-                                   max_new_tokens=max_new_tokens, upstream=upstream, threads=threads,
+                                   max_new_tokens=max_new_tokens, upstream=upstream, engine=engine, threads=threads,
                                    learn_threads=learn_threads, learn_checkpoint_minutes=learn_checkpoint_minutes,
                                    header_timeout_s=header_timeout_s, body_timeout_s=body_timeout_s,
                                    body_min_rate=body_min_rate, keep_alive_s=keep_alive_s,
@@ -84,7 +87,8 @@ def serve(
     except ValidationError as exc:
         raise typer.BadParameter("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
     application = create_app(bank, cfg)
-    err.print(f"serving {bank} on http://{host}:{port} ({'upstream ' + upstream if upstream else 'local model'}, "
+    engine_kind = application.state.service.engine_kind
+    err.print(f"serving {bank} on http://{host}:{port} ({'upstream ' + upstream if upstream else engine_kind + ' engine'}, "
               f"{'batching up to ' + str(max_batch) if not no_batching else 'no batching'}; "
               f"learning over HTTP {'on' if cfg.admin_token else 'off'})", highlight=False)
     from skillbank.serve import registry

@@ -10,7 +10,7 @@ converter version - so a relearned shard, another base or a newer converter neve
 partial file never exists under that name (written aside, then renamed). A cached file llama.cpp cannot load is
 made again once. The cache keeps the most recently used merged models within a disk budget
 (``$SKILLBANK_MERGED_CACHE_MB``, default 2048; the oldest are deleted and made again when needed), and at most
-``MERGED_RESIDENT`` of them stay loaded. ``merge=False`` takes the runtime-LoRA route instead: one base model,
+``MERGED_RESIDENT`` of them stay loaded (``merged_resident``: the service keeps more). ``merge=False`` takes the runtime-LoRA route instead: one base model,
 each shard's adapter converted to llama.cpp's LoRA GGUF (:func:`~skillbank.model.llamacpp.convert_lora`, ~15 MB,
 ``<cache root>/llamacpp/lora/<key>.gguf``) and switched per request.
 
@@ -78,7 +78,8 @@ class LlamaCppExecution:
     ``reference`` returns the reference Execution Memory, loaded only if a shard needs it."""
 
     def __init__(self, root: Path, manifest_of: Callable[[], object], *, reference: Callable[[], object],
-                 threads: int | None = None, max_resident: int | None = None, merge: bool = True):
+                 threads: int | None = None, max_resident: int | None = None, merge: bool = True,
+                 merged_resident: int = MERGED_RESIDENT):
         from skillbank.model.constrain import GrammarCache
         from skillbank.model.light_tokenizer import LightTokenizer
         from skillbank.model.threads import default_threads
@@ -98,6 +99,7 @@ class LlamaCppExecution:
         self.stops = set(stop_token_ids(self.tokenizer))
         self.grammars_compiled = GrammarCache(self.tokenizer, self.stops, self.n_vocab)
         self.max_resident = max_resident
+        self.merged_resident = merged_resident  # a service with many hot shards keeps more loaded
         self.loaded: OrderedDict[str, str] = OrderedDict()  # shard -> key of what serves it, LRU first
         self.merged: dict[str, LlamaCppDecoder] = {}  # shard -> its loaded merged model (merge=True)
         self.reference_shards: dict[str, str] = {}  # shard -> why the reference engine serves it
@@ -161,10 +163,33 @@ class LlamaCppExecution:
         self.loaded[name] = key
         limit = self.max_resident
         if self.merge:  # a loaded merged model is a whole model and its cache, not an adapter's few MB
-            limit = MERGED_RESIDENT if limit is None else min(limit, MERGED_RESIDENT)
+            limit = self.merged_resident if limit is None else min(limit, self.merged_resident)
         while limit is not None and len(self.loaded) > limit:
             self._drop(next(iter(self.loaded)))
         return (self.merged[name], None) if self.merge else (self.base, name)
+
+    def decoder_for(self, name: str) -> tuple[LlamaCppDecoder, str | None] | None:
+        """What decodes shard ``name`` now: (its decoder, the adapter to apply or None when merged); None when the
+        reference engine serves it (:attr:`reference_shards` says why). Loads it first if needed; a shard whose
+        files changed since they were recorded raises :class:`~skillbank.errors.BankError` naming it."""
+        entries = self._entries()
+        if name not in entries:
+            raise BankError(f"unknown shard {name!r}; this bank has {sorted(entries)}")
+        self._forget_removed(entries)
+        return self._ensure(name, entries[name])
+
+    def reference(self):
+        """The reference Execution Memory (torch), loaded now if it was not: what serves :attr:`reference_shards`."""
+        return self._reference()
+
+    def step_output(self, name: str, entry, step, constrained: bool) -> ShardOutput:
+        """A decoded :class:`~skillbank.model.llamacpp.Step` as the planner reads it: text without the stop
+        token, parsed in the shard's target format."""
+        body = step.tokens[:-1] if step.stopped else step.tokens
+        text = self.tokenizer.decode(body, skip_special_tokens=True).strip()
+        parsed = decode_output(text, entry.target_format, entry.family_prefix, stopped=step.stopped, reason=step.reason)
+        n = len(step.tokens)
+        return ShardOutput(name, text, parsed, n, step.logprob / max(1, n), step.stopped, constrained)
 
     def _cached(self, path: Path, make: Callable[[Path], object], load: Callable[[Path], object]):
         """``load(path)``, making the file first when it is missing; a file that does not load (damaged, or
@@ -257,13 +282,8 @@ class LlamaCppExecution:
                 steps = decoder.decode_many(prompts, adapter, cap, self.stops, matchers, self._bitmask,
                                             width=batch_size)
             for i, step in zip(idx, steps):
-                body = step.tokens[:-1] if step.stopped else step.tokens
-                text = self.tokenizer.decode(body, skip_special_tokens=True).strip()
-                parsed = decode_output(text, entry.target_format, entry.family_prefix, stopped=step.stopped,
-                                       reason=step.reason)
-                n = len(step.tokens)
-                results[i] = ShardOutput(name, text, parsed, n, step.logprob / max(1, n), step.stopped, constrain)
-                tokens += n
+                results[i] = self.step_output(name, entry, step, constrain)
+                tokens += results[i].n_tokens
             done += len(idx)
             if progress:
                 elapsed = time.perf_counter() - t0
@@ -275,7 +295,7 @@ class LlamaCppExecution:
         self.stats.generated_tokens += tokens
         self.stats.seconds += time.perf_counter() - t0
         if by_reference:
-            outs = self._reference().generate([requests[i] for i in by_reference], [shards[i] for i in by_reference],
+            outs = self.reference().generate([requests[i] for i in by_reference], [shards[i] for i in by_reference],
                                               batch_size=batch_size, max_new_tokens=cap, progress=progress,
                                               constrain=constrain, copy_values=copy_values)
             for i, o in zip(by_reference, outs):

@@ -37,7 +37,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -307,10 +307,12 @@ def _library():
 class _Row:
     """A prompt being decoded in a batch: its sequence in the KV cache, position, tokens so far."""
 
-    __slots__ = ("index", "seq", "pos", "tokens", "logprob", "matcher", "logits")
+    __slots__ = ("index", "seq", "pos", "tokens", "logprob", "matcher", "logits", "need", "cap")
 
     def __init__(self, index: int, seq: int, pos: int, matcher, logits: np.ndarray):
         self.index, self.seq, self.pos, self.matcher, self.logits = index, seq, pos, matcher, logits
+        self.need = 0  # context cells it holds: its own prompt tokens and its generation budget
+        self.cap = 0  # the most tokens it may generate
         self.tokens: list[int] = []
         self.logprob = 0.0
 
@@ -483,43 +485,90 @@ class LlamaCppDecoder:
             row.pos += 1
             row.logits = self._logits(0)
 
-    def decode_many(self, prompts: Sequence[list[int]], adapter: str | None, cap: int, stops: set[int],
-                    matchers: Sequence | None = None, bitmask: np.ndarray | None = None,
-                    width: int | None = None) -> list[Step]:
+    def decode_many(self, prompts: Sequence[list[int]], adapter: str | None, cap: int | Sequence[int],
+                    stops: set[int], matchers: Sequence | None = None, bitmask: np.ndarray | None = None,
+                    width: int | None = None, *,
+                    feed: Callable[[], Sequence[tuple[list[int], object, int]]] | None = None,
+                    on_done: Callable[[int, Step], None] | None = None, on_step: Callable[[int], None] | None = None,
+                    head_hint: list[int] | None = None) -> list[Step]:
         """Greedy-decode every prompt with ``adapter``: ``width`` rows advance together, one forward pass per
         step; a finished row's sequence is freed and the next prompt takes it (its tail prefilled on its own:
         prefill is compute-bound, batching it buys nothing). The prompts' common head is prefilled once in a
-        sequence of its own and shared by every row (copied cache cells, no recomputation)."""
-        for p in prompts:
-            self._check_room(p, cap)
+        sequence of its own and shared by every row (copied cache cells, no recomputation). A row joins only
+        while the context has room for its prompt and ``cap`` new tokens beside the rows decoding.
+
+        ``cap``: the most tokens to generate, one for all prompts or one per prompt.
+
+        Continuous batching (the service): ``feed()`` is asked before every step for more ``(prompt, matcher,
+        cap)`` to decode with the same adapter - they join as rows free up, numbered after ``prompts``;
+        ``on_done(index, step)`` hears of each prompt the moment its row ends; ``on_step(rows)`` after each
+        forward pass of the decode loop. ``head_hint``: a prompt of the same shard (e.g. rendered for another
+        request), so that a lone prompt's head - the shard's instruction, which later prompts share - is kept
+        apart for them too."""
+        prompts, matchers = list(prompts), list(matchers) if matchers is not None else [None] * len(prompts)
+        caps = [cap] * len(prompts) if isinstance(cap, int) else list(cap)
+        for p, c in zip(prompts, caps):
+            self._check_room(p, c)
         self._use(adapter)
         self._clear()
-        matchers = list(matchers) if matchers is not None else [None] * len(prompts)
-        head = _common_head(prompts)
+        head = _common_head(prompts + ([head_hint] if head_hint is not None else []))
+        head_tokens = prompts[0][:head] if prompts else []
         shared = self.width  # the head's own sequence id
         if head:
-            self._prefill(prompts[0][:head], 0, shared)
+            self._prefill(head_tokens, 0, shared)
         queue = list(range(len(prompts)))[::-1]
         free = list(range(min(width or self.width, self.width)))[::-1]
         live: list[_Row] = []
         results: list[Step | None] = [None] * len(prompts)
+        held = head  # context cells in use: the shared head and each live row's own tail and budget
+
+        def own(i: int) -> int:  # where prompt i's own tokens start: after the head it shares, if it does
+            p = prompts[i]
+            return head if head and len(p) > head and p[:head] == head_tokens else 0
+
         try:
-            while queue or live:
+            while True:
+                if feed is not None:
+                    for prompt, matcher, its_cap in feed():
+                        self._check_room(prompt, its_cap)
+                        prompts.append(prompt)
+                        matchers.append(matcher)
+                        caps.append(its_cap)
+                        results.append(None)
+                        queue.insert(0, len(prompts) - 1)  # after those already waiting
+                if not (queue or live):
+                    break
                 while queue and free:
-                    i, seq = queue.pop(), free.pop()
-                    if head:
+                    i = queue[-1]
+                    start = own(i)
+                    need = len(prompts[i]) - start + caps[i]
+                    if live and held + need > self.n_ctx:
+                        break  # waits for a row to end and give its cells back
+                    if not live and head and held + need > self.n_ctx:
+                        self.L.llama_memory_seq_rm(self.memory, shared, -1, -1)  # no room for the head as well
+                        head, head_tokens, held, start = 0, [], 0, 0
+                        need = len(prompts[i]) + caps[i]
+                    queue.pop()
+                    seq = free.pop()
+                    if start:
                         self.L.llama_memory_seq_cp(self.memory, shared, seq, -1, -1)
-                    logits = self._prefill(prompts[i][head:], head, seq)
-                    live.append(_Row(i, seq, len(prompts[i]), matchers[i], logits))
+                    logits = self._prefill(prompts[i][start:], start, seq)
+                    row = _Row(i, seq, len(prompts[i]), matchers[i], logits)
+                    row.need, row.cap = need, caps[i]
+                    held += need
+                    live.append(row)
                 still = []
                 for row in live:
-                    step = self._pick(row, bitmask, cap, stops)
+                    step = self._pick(row, bitmask, row.cap, stops)
                     if step is None:
                         still.append(row)
                         continue
                     results[row.index] = step
                     self.L.llama_memory_seq_rm(self.memory, row.seq, -1, -1)
                     free.append(row.seq)
+                    held -= row.need
+                    if on_done is not None:
+                        on_done(row.index, step)
                 live = still
                 if not live:
                     continue
@@ -527,6 +576,8 @@ class LlamaCppDecoder:
                 for k, row in enumerate(live):
                     row.pos += 1
                     row.logits = self._logits(k).copy()  # a joining row's prefill reuses llama.cpp's buffer
+                if on_step is not None:
+                    on_step(len(live))
         finally:
             self._clear()  # the single-prompt cache no longer describes sequence 0
         return results  # type: ignore[return-value]

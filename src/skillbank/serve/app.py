@@ -49,7 +49,7 @@ from skillbank.serve.learn_jobs import RECIPES, LearnRefused
 from skillbank.serve.metrics import MetricsMiddleware
 from skillbank.serve.middleware import (BodyLimitMiddleware, BodyTooLarge, EarlyAdmissionMiddleware,
                                         HeadAsGetMiddleware, HostCheckMiddleware, InternalErrorMiddleware)
-from skillbank.serve.service import (ADMIN_ERRORS, ERRORS, JSONL_TYPES, ROUTER_MODEL, Service, ServiceError,
+from skillbank.serve.service import (ADMIN_ERRORS, serve_engine, ERRORS, JSONL_TYPES, ROUTER_MODEL, Service, ServiceError,
                                      error_response)
 from skillbank.serve.state import Snapshot, open_snapshot
 
@@ -103,10 +103,14 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
     """The FastAPI app serving ``bank`` (a path, or a Snapshot already opened). ``base``: a LoadedBase to
     reuse instead of loading the bank's base model (tests; not used in upstream mode)."""
     config = config or ServeConfig.from_env()
-    snapshot = bank if isinstance(bank, Snapshot) else open_snapshot(Path(bank), base, load_model=not config.upstream,
-                                                                           threads=config.model_threads,
-                                                                           max_resident=config.max_resident)
-    svc = Service(snapshot, config)
+    if isinstance(bank, Snapshot):
+        snapshot = bank
+        engine = "upstream" if config.upstream else ("llama.cpp" if config.engine == "llama.cpp" else "torch")
+    else:
+        engine = serve_engine(Path(bank), config, base)
+        snapshot = open_snapshot(Path(bank), base, load_model=engine == "torch", threads=config.model_threads,
+                                 max_resident=config.max_resident)
+    svc = Service(snapshot, config, engine=engine)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -276,7 +280,8 @@ def create_app(bank: str | Path | Snapshot, config: ServeConfig | None = None, *
     async def healthz():
         ok = svc.batcher is not None and svc.batcher.alive
         running = svc.learner.running()
-        body = {"status": "ok" if ok else "degraded", "mode": svc.mode, "shards": len(svc.snapshot.shard_names),
+        body = {"status": "ok" if ok else "degraded", "mode": svc.mode, "engine": svc.engine_kind,
+                "shards": len(svc.snapshot.shard_names),
                 "queue_depth": svc.batcher.depth if svc.batcher else 0, "learning": running.id if running else None,
                 "version": svc.snapshot.version}
         return JSONResponse(body, status_code=200 if ok else 503)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -41,16 +41,22 @@ class ServeConfig(BaseModel):
     max_request_chars / max_list: limits on one request's text and on the requests of one /v1/plan call (413).
     max_new_tokens: generation cap; None = twice the longest training target of any shard (what a correct
         graph can need, with room), at most 768 (the paper's cap).
+    engine: what generates locally: ``"llama.cpp"`` (each shard's merged GGUF model; rows of one shard decode
+        together, shards take turns - :class:`~skillbank.serve.engine.LlamaCppEngine`), ``"torch"`` (the
+        reference engine: rows of every shard share each step - :class:`~skillbank.serve.engine.LocalEngine`), or
+        ``"auto"`` (llama.cpp for a bank on the embedded base where llama-cpp-python is installed, else torch).
+        Ignored with ``upstream``.
     upstream: base URL of an OpenAI-compatible server (vLLM, or another ``skillbank serve``) that generates;
         routing and the scope check stay here and the routed shard is sent as the model name. No base model is
         loaded locally (the scope check's small sentence encoder is, unless the bank's detector has none).
     admin_token: bearer token guarding ``POST /v1/families``; None = learning over HTTP is refused.
         Read from ``$SKILLBANK_ADMIN_TOKEN`` by :meth:`from_env`, never from the command line (it would
         show in ``ps``).
-    threads: torch threads of the served model; None = one fewer than the cores (at least 1, at most 8), which
+    threads: threads of the served model; None = one fewer than the cores (at least 1, at most 8), which
         leaves a core for the event loop and the HTTP traffic (on 2 cores this measured faster than 2 threads).
-    max_resident: most shards kept loaded at once, least recently used evicted (None = every shard, once used);
-        a batch keeps every shard its rows decode with, so the bound is max(max_resident, shards in the batch).
+    max_resident: most shards kept loaded at once, least recently used evicted (None = every shard, once used;
+        with the llama.cpp engine at most ``SERVED_MERGED`` merged models, ~300 MB each); with torch a batch
+        keeps every shard its rows decode with, so the bound is max(max_resident, shards in the batch).
     learn_threads: torch threads of a background learn process (None = half the cores: it shares them with
         serving).
     learn_checkpoint_minutes: a learn job's training writes its state into ``BANK/checkpoints/`` this often (0:
@@ -85,6 +91,7 @@ class ServeConfig(BaseModel):
     max_request_chars: int = Field(4000, ge=1)
     max_list: int = Field(64, ge=1)
     max_new_tokens: Optional[int] = Field(None, ge=1, le=8192)
+    engine: Literal["auto", "llama.cpp", "torch"] = "auto"
     upstream: Optional[str] = None
     upstream_timeout_s: float = Field(120.0, gt=0)
     admin_token: Optional[str] = None

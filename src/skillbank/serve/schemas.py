@@ -368,6 +368,7 @@ class ShardList(BaseModel):
 class Health(BaseModel):
     status: Literal["ok", "degraded"]
     mode: Literal["local", "upstream"]
+    engine: Literal["llama.cpp", "torch", "upstream"] = Field(description="what generates the plans")
     shards: int
     queue_depth: int
     learning: Optional[str] = Field(description="id of the learn job running, if any")

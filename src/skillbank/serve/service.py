@@ -8,6 +8,7 @@ import functools
 import hmac
 import logging
 import re
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from skillbank.planner import Decision, Planner, RequestError
 from skillbank.serve import schemas as S
 from skillbank.serve.batcher import Batcher, QueueFull
 from skillbank.serve.config import ADMIN_TOKEN_ENV, ServeConfig
-from skillbank.serve.engine import Job, LocalEngine, Output, UpstreamEngine, UpstreamError
+from skillbank.serve.engine import Job, LlamaCppEngine, LocalEngine, Output, UpstreamEngine, UpstreamError
 from skillbank.serve.learn_jobs import LearnManager, check_against_base
 from skillbank.serve.metrics import Metrics
 from skillbank.serve.state import Snapshot, newer_snapshot
@@ -76,16 +77,48 @@ class Planned:
         return self.decision.out_of_scope
 
 
+SERVED_MERGED = 8  # merged models the llama.cpp engine keeps loaded while serving (~300 MB each): more shards
+# are hot at once than in one `skillbank plan`, and reloading one costs ~0.3 s
+
+
+def serve_engine(root: Path, config: ServeConfig, base=None) -> str:
+    """What generates for ``skillbank serve`` (see :attr:`ServeConfig.engine`): "upstream", "llama.cpp" or
+    "torch". "auto" picks llama.cpp for a bank it can serve, unless a model is in hand (``base``); an explicit
+    "llama.cpp" that cannot serve the bank is an error, before anything is loaded."""
+    if config.upstream:
+        return "upstream"
+    if config.engine == "torch" or (config.engine == "auto" and base is not None):
+        return "torch"
+    from skillbank.memory.bank import read_manifest
+    from skillbank.memory.execution_llamacpp import EngineUnavailable, llamacpp_problem
+    problem = llamacpp_problem(read_manifest(root))
+    if problem is None:
+        return "llama.cpp"
+    if config.engine == "llama.cpp":
+        raise EngineUnavailable(f"the llama.cpp engine cannot serve {root}: {problem}")
+    log.info("serving %s with the torch engine: %s", root, problem)
+    return "torch"
+
+
 class Service:
     """The state behind the app: the served snapshot, the engine, the batcher, learn jobs, metrics."""
 
-    def __init__(self, snapshot: Snapshot, config: ServeConfig):
+    def __init__(self, snapshot: Snapshot, config: ServeConfig, *, engine: str = "torch"):
         self.snapshot = snapshot
         self.config = config
         self.metrics = Metrics()
         self.metrics.shards.set(len(snapshot.shard_names))
+        self.engine_kind = "upstream" if config.upstream else engine
+        self._reference = None  # the torch Execution Memory behind the llama.cpp engine, loaded if a shard needs it
+        self._reference_lock = threading.Lock()
         if config.upstream:
             self.engine = UpstreamEngine(config.upstream, config.upstream_timeout_s)
+        elif engine == "llama.cpp":
+            from skillbank.memory.execution_llamacpp import LlamaCppExecution
+            llama = LlamaCppExecution(snapshot.bank.root, lambda: self.snapshot.manifest,
+                                      reference=self._reference_memory, threads=config.threads,
+                                      max_resident=config.max_resident, merged_resident=SERVED_MERGED)
+            self.engine = LlamaCppEngine(llama, max_batch=config.effective_max_batch)
         else:
             self.engine = LocalEngine(snapshot.bank.execution, reuse_prefixes=config.reuse_prefixes)
         self.batcher: Batcher | None = None  # made on the event loop, at startup
@@ -120,6 +153,22 @@ class Service:
         [verdict] = snap.bank.check_scope(["probe"])
         if verdict.in_scope is None:
             log.warning("out-of-scope requests will be planned anyway: %s", verdict.reason)
+
+    def _reference_memory(self):
+        """The reference (torch) Execution Memory with every shard the service serves now: loaded the first time
+        the llama.cpp engine meets a shard it cannot apply exactly (then never again unloaded)."""
+        from skillbank.memory.bank import SkillBank
+        from skillbank.model.base import BaseModelConfig
+        with self._reference_lock:
+            snap = self.snapshot
+            if self._reference is None:
+                config = BaseModelConfig(name=snap.manifest.base["name"], threads=self.config.model_threads)
+                self._reference = SkillBank.open(snap.bank.root, base_config=config, engine="torch",
+                                                 max_resident=self.config.max_resident, lazy=False).execution
+            for s in snap.manifest.shards:
+                if s.name not in self._reference.shards:  # published since it was loaded
+                    self._reference.add(s.name, snap.bank.root / s.dir, s)
+            return self._reference
 
     @property
     def mode(self) -> str:
@@ -209,7 +258,7 @@ class Service:
         # Upstream mode: a shard's files are hashed on its first routed request, off the event loop (a local
         # bank checks them as it loads the shard).
         broken: dict[str, str] = {}
-        if snap.bank.execution is None:
+        if self.mode == "upstream":
             for name in dict.fromkeys(q.shard for q in planned if not q.out_of_scope):
                 if name not in snap.verified:
                     try:
@@ -241,7 +290,7 @@ class Service:
                 raise ServiceError(413, f"{where} is too long: {n_prompt} prompt tokens + {mnt} generation tokens "
                                         f"exceed the base model's context of {limit} tokens", param=where)
             q.job = Job(q.request, q.shard, entry, mnt, loop.create_future(), prompt_tokens=n_prompt, grammar=rule,
-                        client=client)
+                        client=client, client_grammar=grammar is not None)
             jobs.append(q.job)
         for q in planned:
             if q.out_of_scope:
