@@ -1,9 +1,10 @@
 """Where should a new executor start? FSM banks learned with each ``--init`` rule, same recipe, compared.
 
 Each rule learns the five built-in families in the stream's order with the demo's recipe (``configs/demo``:
-its seed, sizes, epochs and LoRA), a new shard starting from a fresh LoRA (``fresh``, the paper), the last
-shard added (``previous``) or the shard the Address Memory routes most of the new family's own training
-requests to (``nearest``; replay-free). Every bank is then planned on:
+its seed, sizes, epochs and LoRA), a new shard starting from a fresh LoRA (``fresh``, the paper), the
+family-neutral start (``neutral``: an adapter trained once on invented families, ``skillbank.memory.neutral``;
+its one-off build is timed apart), the last shard added (``previous``) or the shard the Address Memory routes
+most of the new family's own training requests to (``nearest``; replay-free). Every bank is then planned on:
 
 - the template held-out requests, routed by its own Address Memory (what a user gets) and with the right shard
   forced (Oracle: the executors alone), per family and as the macro mean over families;
@@ -12,11 +13,14 @@ requests to (``nearest``; replay-free). Every bank is then planned on:
 with the scope gate off (every request planned) and the grammar on. The learning time of each family is the
 wall time of ``SkillBank.learn`` (one heavy job on the machine at a time). A bank that already exists under
 ``--banks/<rule>`` is reused (``--banks`` may hold a ``fresh`` bank made by ``bench/gate_em.py --make``:
-the same recipe); where ``--banks/fresh`` exists, the other rules import its first family's shard (a fresh
-start under every rule) instead of training it again.
+the same recipe); where ``--banks/fresh`` exists, ``previous`` and ``nearest`` import its first family's shard (a
+fresh start under those rules) instead of training it again. The figures of rules run earlier stay in
+``--json``; a rule run again replaces its own.
 
     .venv/bin/python bench/init_strategies.py --banks runs/init --rules fresh,previous,nearest \
         --json results/init/init.json
+    .venv/bin/python bench/init_strategies.py --banks runs/init-O2 --order O2 --first-from runs/init/fresh \
+        --rules previous --json results/init/init.json     # the other order (fresh shards do not depend on it)
 
 Plans use the bank's default engine (llama.cpp on the embedded base where installed: ``bench/engine_parity.py``
 measures how it compares with the torch reference, the same for every rule).
@@ -32,7 +36,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 DEV = ["paraphrase_builtin", "paraphrase_builtin_holdout", "paraphrase_builtin_short"]
 
 
-def make_bank(path: Path, rule: str, run, stream, first_from: Path | None) -> dict:
+def make_bank(path: Path, rule: str, run, stream, first_from: Path | None, order: str = "O1") -> dict:
     """Learn the stream's families into a new bank at ``path`` with ``init=rule``. The first family has nothing
     to start from under any rule: with ``first_from`` (a bank of the same recipe) its shard is imported from
     there instead of trained again."""
@@ -43,7 +47,13 @@ def make_bank(path: Path, rule: str, run, stream, first_from: Path | None) -> di
 
     bank = SkillBank.create(path, base=load_base(run.base_config()))
     seconds = {}
-    families = list(stream.family_keys)
+    families = stream.order(order)
+    if rule == "neutral":  # built (or found in the cache) first: its one-off cost is not a family's
+        from skillbank.memory.neutral import ensure_neutral_start
+        t0 = time.perf_counter()
+        directory, lineage = ensure_neutral_start(bank.execution, bank.manifest.base["digest"], run.train_config())
+        seconds["neutral_start_build"] = round(time.perf_counter() - t0, 1)
+        print(f"[neutral] start ready in {seconds['neutral_start_build']:.0f} s: {directory}", flush=True)
     if first_from is not None:
         with tempfile.TemporaryDirectory() as tmp:
             SkillBank.open_offline(first_from).export_family(families[0], Path(tmp) / "first")
@@ -97,7 +107,11 @@ def evaluate(path: Path, stream, batch_size: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--banks", type=Path, required=True, help="one bank per rule is made (or reused) here")
-    ap.add_argument("--rules", default="fresh,previous,nearest", help="comma-separated --init rules")
+    ap.add_argument("--rules", default="fresh,neutral,previous,nearest", help="comma-separated --init rules")
+    ap.add_argument("--order", default="O1", help="the order families arrive in (O1, O2: the paper's two); a rule's "
+                    "figures in another order than O1 are kept as RULE@ORDER")
+    ap.add_argument("--first-from", type=Path, default=None,
+                    help="a fresh bank of the same recipe to import the first family from (default: BANKS/fresh)")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
@@ -109,14 +123,18 @@ def main() -> None:
     stream = build_builtin_stream(seed=run.stream.seed, train_per_family=run.stream.train_per_family,
                                   test_per_family=run.stream.test_per_family)
     report = {"recipe": "demo", "families": stream.family_keys, "rules": {}}
+    if args.json and args.json.is_file():
+        report["rules"] = json.loads(args.json.read_text()).get("rules", {})
+    fresh = args.first_from or args.banks / "fresh"
     for rule in args.rules.split(","):
         path = args.banks / rule
         if not (path / "bank.json").is_file():
-            first_from = args.banks / "fresh" if rule != "fresh" and (args.banks / "fresh" / "bank.json").is_file() \
-                else None
-            make_bank(path, rule, run, stream, first_from)
-        report["rules"][rule] = row = evaluate(path, stream, args.batch_size)
-        print(f"[{rule}] macro EM routed {row['routed_macro']}, oracle {row['oracle_macro']}; hand-written dev "
+            first_from = fresh if rule in ("previous", "nearest") and (fresh / "bank.json").is_file() else None
+            make_bank(path, rule, run, stream, first_from, args.order)
+        key = rule if args.order == "O1" else f"{rule}@{args.order}"
+        report["rules"][key] = row = evaluate(path, stream, args.batch_size)
+        row["order"] = stream.order(args.order)
+        print(f"[{key}] macro EM routed {row['routed_macro']}, oracle {row['oracle_macro']}; hand-written dev "
               f"{row['handwritten_dev']['em']} (n={row['handwritten_dev']['n']}); per family oracle "
               f"{row['oracle']}", flush=True)
         if args.json:

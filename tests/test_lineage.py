@@ -104,6 +104,42 @@ def test_previous_and_nearest_choose_their_start(tmp_path, base, small_stream, s
     assert near.lineage["share"] == pytest.approx(max(votes.values()) / len(routed), abs=1e-4)
 
 
+def test_the_neutral_start_is_built_once_and_ties_no_shard(tmp_path, base, tiny_model_dir, small_stream, spy_fit,
+                                                           monkeypatch):
+    """init="neutral": an adapter trained on invented (synthetic) families, built on first use into the cache
+    and reused; shards start from its weights, their lineage names its digest, and no shard descends from
+    another (forget takes one family alone); an exported shard imports into a bank that never built it."""
+    from skillbank.memory import neutral
+    from skillbank.memory.lineage import start_text
+
+    monkeypatch.setenv("SKILLBANK_CACHE", str(tmp_path / "cache"))
+    records = neutral.neutral_records()
+    assert len(records) == neutral.NEUTRAL_FAMILIES * neutral.PER_FAMILY
+    assert all(t.startswith("Synthetic::") for r in records for t in r.graph.tasks)  # no user's skill
+    k1, k2 = small_stream.family_keys[:2]
+    bank = SkillBank.create(tmp_path / "bank", base=base)
+    first = learn(bank, small_stream, k1, init="neutral")
+    start_dir = neutral.neutral_dir(bank.manifest.base["digest"], CFG)
+    assert first.lineage == {"init": "neutral", "digest": neutral.weights_digest(start_dir), "key": start_dir.name}
+    assert neutral.ADAPTER not in base.adapter_names and "__start__" not in base.adapter_names
+    from safetensors.torch import load_file
+    saved = load_file(str(start_dir / "adapter_model.safetensors"))
+    assert any(torch.equal(v, spy_fit[k1][k]) for k, v in saved.items() if k in spy_fit[k1])
+    built = (start_dir / "adapter_model.safetensors").stat().st_mtime_ns
+    second = learn(bank, small_stream, k2, init="neutral")
+    assert second.lineage == first.lineage and (start_dir / "adapter_model.safetensors").stat().st_mtime_ns == built
+    assert "neutral" in start_text(second.lineage)
+    bank.forget(k1)  # no descendants: nothing to refuse, k2 stays
+    assert bank.shard_names == [k2]
+    bank.export_family(k2, tmp_path / "k2")
+    # a bank on the same base that never built the start takes the shard: planning never needs the start
+    monkeypatch.setenv("SKILLBANK_CACHE", str(tmp_path / "elsewhere"))
+    receiving = SkillBank.create(tmp_path / "receiving", base=load_base(BaseModelConfig(name=str(tiny_model_dir)),
+                                                                        progress=False))
+    entry = receiving.import_family(tmp_path / "k2")
+    assert entry.lineage == second.lineage
+
+
 def test_forget_refuses_a_family_with_descendants_then_forgets_them_exactly(tmp_path, base, other_base,
                                                                             small_stream):
     k1, k2, k3, k4 = small_stream.family_keys[:4]
@@ -212,7 +248,7 @@ def test_a_bad_start_is_refused_before_training(tmp_path, base, small_stream, mo
             learn(bank, small_stream, k2, cfg, init=init)
         assert bank.shard_names == [k1] and bank_info(tmp_path / "bank")["orphans"] == []
 
-    refused(r"init must be one of fresh, previous, nearest, shard:NAME, got 'warm'", init="warm")
+    refused(r"init must be one of fresh, neutral, previous, nearest, shard:NAME, got 'warm'", init="warm")
     refused(r"cannot start from shard 'nope': the bank has no such shard; it has \[", init="shard:nope")
     refused(rf"cannot start from shard '{k1}': its LoRA has another shape .*rank 16 there, 8 here",
             TrainConfig(**{**CFG.to_dict(), "rank": 8, "target_modules": ("q_proj", "v_proj")}))

@@ -174,6 +174,22 @@ def test_a_run_directory_refuses_another_configuration(tmp_path, tiny_model_dir)
     run(other, tmp_path / "r", progress=False)
 
 
+def test_a_run_saved_before_fsm_had_init_still_resumes(tmp_path, tiny_model_dir):
+    """FSM's ``init`` was added later: a saved configuration without it means fresh (the default) and
+    resumes; one that asks for the neutral start is another configuration."""
+    from skillbank.continual.runner import check_same_config
+    new = tiny_config(tiny_model_dir, ["fsm"]).resolved()
+    assert new["method_params"]["fsm"]["init"] == "fresh"
+    saved = json.loads(json.dumps(new))
+    del saved["method_params"]["fsm"]["init"]
+    check_same_config(tmp_path, saved, new)
+    neutral = tiny_config(tiny_model_dir, ["fsm"], method_params={"fsm": {"init": "neutral"}}).resolved()
+    with pytest.raises(ConfigError, match="method_params.fsm"):
+        check_same_config(tmp_path, saved, neutral)
+    with pytest.raises(ConfigError, match="init"):
+        tiny_config(tiny_model_dir, ["fsm"], method_params={"fsm": {"init": "previous"}})
+
+
 def test_method_config_errors():
     with pytest.raises(ConfigError, match="unknown method 'sgd'"):
         RunConfig.from_dict({"methods": ["sgd"]})

@@ -502,13 +502,16 @@ def test_serve_command_passes_the_new_settings(bank_dir, monkeypatch):
     monkeypatch.setattr(app_mod, "create_app", lambda bank, cfg: seen.update(cfg=cfg) or object())
     monkeypatch.setattr("uvicorn.run", lambda *a, **k: seen.update(uvicorn=k))
     res = CliRunner().invoke(cli, ["serve", str(bank_dir), "--body-timeout-s", "3", "--body-min-rate", "0",
-                                   "--no-fair-admission", "--client-queue", "5", "--fair-slowdown", "1.5"])
+                                   "--no-fair-admission", "--client-queue", "5", "--fair-slowdown", "1.5",
+                                   "--engine", "torch"])
     assert res.exit_code == 0, res.output
     cfg = seen["cfg"]
-    assert (cfg.body_timeout_s, cfg.body_min_rate, cfg.fair_admission, cfg.client_queue, cfg.fair_slowdown) == \
-        (3.0, 0.0, False, 5, 1.5)
+    assert (cfg.body_timeout_s, cfg.body_min_rate, cfg.fair_admission, cfg.client_queue, cfg.fair_slowdown,
+            cfg.engine) == (3.0, 0.0, False, 5, 1.5, "torch")
     assert cfg.effective_client_queue is None  # admission is first come, first served
     assert seen["uvicorn"]["http"].__name__ == "DeadlineH11Protocol"
     assert ServeConfig().effective_client_queue == 64  # a quarter of the queue
     res = CliRunner().invoke(cli, ["serve", str(bank_dir), "--body-timeout-s", "0"])
     assert res.exit_code == 2 and "body_timeout_s" in res.output
+    res = CliRunner().invoke(cli, ["serve", str(bank_dir), "--engine", "vllm"])
+    assert res.exit_code == 2 and "engine" in res.output

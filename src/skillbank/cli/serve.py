@@ -87,7 +87,8 @@ def serve(
     except ValidationError as exc:
         raise typer.BadParameter("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
     application = create_app(bank, cfg)
-    engine_kind = application.state.service.engine_kind
+    service = getattr(getattr(application, "state", None), "service", None)
+    engine_kind = getattr(service, "engine_kind", engine)
     err.print(f"serving {bank} on http://{host}:{port} ({'upstream ' + upstream if upstream else engine_kind + ' engine'}, "
               f"{'batching up to ' + str(max_batch) if not no_batching else 'no batching'}; "
               f"learning over HTTP {'on' if cfg.admin_token else 'off'})", highlight=False)

@@ -359,7 +359,8 @@ def check_same_config(out: Path, old: dict, new: dict) -> None:
     skip = {"methods", "runner", "method_params", "method_train", "name"}
     diff = sorted(k for k in set(old) | set(new) if k not in skip and _identity(k, old.get(k)) != _identity(k, new.get(k)))
     shared = set(old.get("method_params", {})) & set(new.get("method_params", {}))
-    diff += [f"method_params.{m}" for m in sorted(shared) if old["method_params"][m] != new["method_params"][m]]
+    diff += [f"method_params.{m}" for m in sorted(shared)
+             if _params_with_defaults(m, old["method_params"][m]) != new["method_params"][m]]
     # A method's [train] overrides (absent in runs saved before they existed: none) are part of what it learns.
     both = set(old.get("methods", [])) & set(new.get("methods", []))
     diff += [f"method_train.{m}" for m in sorted(both)
@@ -367,6 +368,16 @@ def check_same_config(out: Path, old: dict, new: dict) -> None:
     if diff:
         raise ConfigError(f"{out} holds a run with another configuration (differs in: {', '.join(diff)}); "
                           f"use another directory or --restart to discard it")
+
+
+def _params_with_defaults(method: str, params: dict) -> dict:
+    """A method's saved hyperparameters with those added since filled in at their defaults (a run saved before
+    FSM's ``init`` existed started every executor fresh, the default)."""
+    from skillbank.method_registry import UnknownMethodError, method_class
+    try:
+        return {**method_class(method).Params().model_dump(), **params}
+    except (UnknownMethodError, ValueError):
+        return params
 
 
 def _machine(method) -> str:

@@ -327,7 +327,7 @@ class SkillBank:
         train_config: a :class:`~skillbank.train.executor.TrainConfig`; default: the recipe that suits the
             bank's base (:func:`skillbank.train.recipes.recipe_for_base`: small-cpu under 1B parameters).
         init: where the new LoRA starts (:func:`~skillbank.memory.lineage.resolve_start`): "fresh" (default),
-            "previous" (the last shard added), "nearest" (the shard the Address Memory routes most of
+            "neutral" (the family-neutral start: :mod:`skillbank.memory.neutral`), "previous" (the last shard added), "nearest" (the shard the Address Memory routes most of
             ``records``' requests to) or "shard:NAME"; the weights of a start shard are copied (same LoRA shape
             required), the training is otherwise the same, and the manifest records the start (``lineage``).
         """
@@ -336,10 +336,11 @@ class SkillBank:
             raise BankError(f"family {family!r} is already in the bank; shards are write-once - learn it under a new name")
         catalog, records, declared = self._family_inputs(family, records, catalog, skills)
         cfg = train_config or self.default_train_config()
-        start, lineage = resolve_start(self, family, init, [r.request for r in records], cfg)
+        start, lineage = resolve_start(self, family, init, [r.request for r in records], cfg, progress=progress)
         if start is not None and pretrained is not None:
+            what = "the family-neutral start" if isinstance(start, Path) else f"shard {start!r}"
             raise BankError(f"a pretrained adapter ({pretrained}) was trained elsewhere from a fresh LoRA; "
-                            f"it cannot start from shard {start!r} (init='fresh')")
+                            f"it cannot start from {what} (init='fresh')")
         specs = [catalog.skills[s].to_dict() for s in declared if s in catalog.skills] if catalog else []
         return self._publish_shard(family, records, cfg, declared, specs, progress=progress, pretrained=pretrained,
                                    checkpoint=checkpoint, start=start, lineage=lineage)
@@ -381,7 +382,7 @@ class SkillBank:
 
     def _publish_shard(self, family: str, records: Sequence[Record] | None, cfg, declared: list[str], specs: list[dict],
                        *, progress: bool = True, pretrained: str | Path | None = None, replace: bool = False,
-                       imported: dict | None = None, checkpoint=None, start: str | None = None,
+                       imported: dict | None = None, checkpoint=None, start: str | Path | None = None,
                        lineage: dict | None = None, drop: Sequence[str] = ()) -> ShardEntry:
         """Stage a shard (trained on ``records``, loaded from ``pretrained``, or copied by ``imported``), the
         Address Memory with it, then publish both with one atomic manifest write.
@@ -389,7 +390,8 @@ class SkillBank:
         replace: the family is already in the bank (relearn): its entry keeps its position, its Address
         statistics are subtracted first, and its old directory is removed after the publish.
         imported: {"dir": a shard directory to copy, "address": Address statistics, "scope": ...} (import).
-        start, lineage: the shard the training starts from (None: a fresh LoRA) and the record of it.
+        start, lineage: the shard the training starts from (a Path: the neutral start's adapter directory; None:
+        a fresh LoRA) and the record of it.
         drop: families forgotten in the same publish (a relearn's descendants).
         """
         from skillbank.train.executor import common_prefix
@@ -742,6 +744,8 @@ class SkillBank:
         whatever name this bank gives it); otherwise this bank could not forget that start exactly."""
         if (lineage or {}).get("init", "fresh") == "fresh":
             return fresh()
+        if lineage.get("init") == "neutral":  # no shard of the sender's is needed to forget it exactly
+            return dict(lineage)
         here = [e for e in self.manifest.shards if weights_digest(e) == lineage.get("digest")]
         if not here:
             raise BankError(f"{path}: shard {name!r} started from the weights of shard {lineage.get('from')!r} "

@@ -164,10 +164,18 @@ class ExecutionMemory:
                     checkpoint=None, init: str | None = None) -> dict:
         """Train adapter ``name`` on ``records`` only; it stays in memory, frozen. Returns the summary.
         checkpoint: a :class:`~skillbank.train.checkpoint.FitCheckpoint` to continue a killed training from.
-        init: a known shard whose LoRA weights the new adapter starts from (loaded first if it is not);
-        None: a fresh LoRA."""
+        init: a known shard whose LoRA weights the new adapter starts from (loaded first if it is not), or
+        an adapter directory (the family-neutral start: loaded for the copy, then dropped); None: a fresh LoRA."""
         from skillbank.train.executor import train_executor
-        if init is not None:
+        start = init
+        if isinstance(init, Path):
+            start = "__start__"
+            try:
+                self.base.load_adapter(start, init)
+            except Exception as exc:  # noqa: BLE001 - a damaged start or one made for another base
+                raise BankError(f"cannot start from the adapter in {init}: it does not load on this base "
+                                f"({exc.__class__.__name__}: {exc})") from None
+        elif init is not None:
             try:
                 self.ensure_resident([init])
             except BankError:
@@ -175,8 +183,12 @@ class ExecutionMemory:
             except Exception as exc:  # noqa: BLE001 - e.g. peft's size mismatch: weights made for another base
                 raise BankError(f"cannot start from shard {init!r}: its adapter does not load on this base "
                                 f"({exc.__class__.__name__}: {exc})") from None
-        _, summary = train_executor(self.base, records, cfg, adapter_name=name, family_prefix=family_prefix,
-                                    progress=progress, checkpoint=checkpoint, init_adapter=init)
+        try:
+            _, summary = train_executor(self.base, records, cfg, adapter_name=name, family_prefix=family_prefix,
+                                        progress=progress, checkpoint=checkpoint, init_adapter=start)
+        finally:
+            if isinstance(init, Path):
+                self.base.remove_adapter(start)
         self.resident[name] = None  # in memory now; counted against max_resident once registered
         return summary.to_dict()
 

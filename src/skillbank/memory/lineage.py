@@ -1,16 +1,19 @@
 """Where a new executor starts, and which shards descend from which.
 
-A new shard starts either from a fresh LoRA or from the weights of a shard the bank already holds (its LoRA A
-and B tensors copied, then trained on the new family's requests only). The manifest records the starting point
-of every shard (``ShardEntry.lineage``)::
+A new shard starts from a fresh LoRA, from the family-neutral start (an adapter trained once per base and
+recipe on invented families: :mod:`skillbank.memory.neutral`) or from the weights of a shard the bank already
+holds (its LoRA A and B tensors copied, then trained on the new family's requests only). The manifest records
+the starting point of every shard (``ShardEntry.lineage``)::
 
     {"init": "fresh"}
+    {"init": "neutral", "digest": "sha256:...", "key": "..."}
     {"init": "shard", "from": "t1_daily_life", "digest": "sha256:...", "by": "previous"}
 
 ``digest`` is the start shard's ``adapter_model.safetensors`` digest at the time, so the start stays identified
 after a relearn replaces it or an import renames it; ``by`` says which rule chose it. A shard started from
 another carries some of that family's knowledge in its weights: forgetting a family exactly means forgetting
-its descendants too (``descendants``). Manifests written before lineage existed read as fresh.
+its descendants too (``descendants``); the neutral start holds no user's data and ties no shard to another.
+Manifests written before lineage existed read as fresh.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from skillbank.errors import BankError
 from skillbank.memory.shard_files import shard_file_problems
 
 WEIGHTS = "adapter_model.safetensors"
-INIT_CHOICES = ("fresh", "previous", "nearest", "shard:NAME")
+INIT_CHOICES = ("fresh", "neutral", "previous", "nearest", "shard:NAME")
 FRESH = {"init": "fresh"}
 
 
@@ -31,8 +34,9 @@ def fresh() -> dict:
 
 
 def parse_init(init: str) -> tuple[str, str | None]:
-    """``init`` as (rule, shard name): ("fresh", None), ("previous", None), ("nearest", None) or ("shard", NAME)."""
-    if isinstance(init, str) and init in ("fresh", "previous", "nearest"):
+    """``init`` as (rule, shard name): ("fresh", None), ("neutral", None), ("previous", None), ("nearest", None)
+    or ("shard", NAME)."""
+    if isinstance(init, str) and init in ("fresh", "neutral", "previous", "nearest"):
         return init, None
     if isinstance(init, str) and init.startswith("shard:") and init[len("shard:"):]:
         return "shard", init[len("shard:"):]
@@ -103,10 +107,12 @@ def check_start(name: str, directory: Path, entry, cfg, base_name: str) -> None:
 
 
 def resolve_start(bank, family: str, init: str, requests: Sequence[str], cfg, *, replacing: bool = False,
-                  exclude: Sequence[str] = ()) -> tuple[str | None, dict]:
-    """Where ``family``'s new executor starts in ``bank``: (the start shard's name or None, its lineage record).
+                  exclude: Sequence[str] = (), progress: bool = True) -> tuple[str | Path | None, dict]:
+    """Where ``family``'s new executor starts in ``bank``: (the start shard's name, the neutral start's adapter
+    directory, or None; its lineage record).
 
-    fresh: a new LoRA. previous: the last shard in the manifest's order (the most recently added family).
+    fresh: a new LoRA. neutral: the family-neutral start for the bank's base and the recipe ``cfg`` (trained
+    now if this machine has not built it: :func:`~skillbank.memory.neutral.ensure_neutral_start`). previous: the last shard in the manifest's order (the most recently added family).
     nearest: the shard whose family the Address Memory routes most of ``requests`` (the new family's own
     training requests; ties go to the larger summed probability, then the earlier shard) to - no other
     family's requests are needed. shard:NAME: that shard. previous and nearest in a bank with no other shard
@@ -114,6 +120,9 @@ def resolve_start(bank, family: str, init: str, requests: Sequence[str], cfg, *,
     is checked (:func:`check_start`) here, before anything is trained. exclude: shards forgotten in the same
     publish (no candidates either)."""
     rule, name = parse_init(init)
+    if rule == "neutral":
+        from skillbank.memory.neutral import ensure_neutral_start
+        return ensure_neutral_start(bank.execution, bank.manifest.base["digest"], cfg, progress=progress)
     candidates = [e for e in bank.manifest.shards
                   if not (replacing and e.name == family) and e.name not in exclude]
     if rule == "fresh" or (rule in ("previous", "nearest") and not candidates):
@@ -156,8 +165,10 @@ def _nearest(bank, requests: Sequence[str], candidates: list[str]) -> tuple[str,
 
 
 def start_text(lineage: dict) -> str:
-    """A shard's starting point in words: 'fresh' or 'from NAME (previous)'."""
+    """A shard's starting point in words: 'fresh', 'from the neutral start' or 'from NAME (previous)'."""
     if lineage.get("init", "fresh") == "fresh":
         return "fresh"
+    if lineage.get("init") == "neutral":
+        return f"from the family-neutral start ({str(lineage.get('digest', ''))[:19]}...)"
     stale = " - since replaced" if lineage.get("start_current") is False else ""
     return f"from {lineage.get('from')} ({lineage.get('by', 'name')}{stale})"
