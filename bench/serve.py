@@ -83,6 +83,14 @@ def start_server(bank: Path, port: int, args, batching: bool, extra: tuple[str, 
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
 
 
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -163,11 +171,7 @@ def run_mode(bank: Path, args, requests: list[str], batching: bool) -> dict:
         run = asyncio.run(load(url, requests, args.clients, args.seconds))
         metrics_text = httpx.get(url + "/metrics").text
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
     # Batch statistics of the measured part only: subtract the warm-up's.
     diff = "\n".join(f"{n} {metric_sum(metrics_text, n) - metric_sum(base_metrics, n)}"
                      for n in ("skillbank_batch_size_count", "skillbank_batch_size_sum"))
@@ -202,11 +206,7 @@ def run_engine(bank: Path, args, requests: list[str], engine: str, warm: list[st
             summary.update(engine=engine, clients=clients)
             out.append(summary)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
     return out
 
 
@@ -358,11 +358,7 @@ def run_flood(bank: Path, args, requests: list[str], fair: bool) -> dict:
         text = httpx.get(url + "/metrics").text
         under["batch_limit_at_end"] = metric_sum(text, "skillbank_batch_limit")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
     ratio = idle["per_s"] / under["per_s"] if under["per_s"] else float("inf")
     return {"mode": name, "idle": idle, "flooded": under, "flood": flood, "slowdown": ratio}
 

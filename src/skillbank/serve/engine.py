@@ -85,31 +85,22 @@ def parse_output(text: str, entry: ShardEntry, stopped: bool = True, reason: str
     return parsed
 
 
-class LocalEngine:
-    """Generation on the base model held in this process, by one engine thread that owns the model.
+class _EngineThread:
+    """What both local engines share: one thread owns the model; jobs and model operations reach it through an
+    inbox under a condition. A subclass sets ``tokenizer`` and ``_loop``."""
 
-    The thread runs the decode loop of a :class:`~skillbank.model.decode.RowBatch`: between two steps it takes
-    the jobs the batcher admitted (``admit``) into the batch and runs queued model operations (``call``, e.g.
-    attaching a newly published shard); after each step it hands every finished row's output back through the
-    ``deliver`` callback it was admitted with. A job marked ``cancelled`` leaves the batch at the next step.
-    """
+    continuous = True  # the batcher admits jobs whenever the batch has room
+    thread_name = "skillbank-engine"
 
-    continuous = True  # rows join and leave between decode steps
-
-    def __init__(self, execution, *, reuse_prefixes: bool = True):
+    def __init__(self, execution):
         self.execution = execution
-        self.reuse_prefixes = reuse_prefixes
         self._cond = threading.Condition()
         self._inbox: list[tuple[Job, Callable]] = []
         self._commands: list[tuple[Callable, tuple, asyncio.AbstractEventLoop, asyncio.Future]] = []
         self._closed = False
         self.cost = StepCost()  # what a row costs the others (fair admission reads it)
-        self._thread = threading.Thread(target=self._loop, name="skillbank-engine", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=self.thread_name, daemon=True)
         self._thread.start()
-
-    @property
-    def tokenizer(self):
-        return self.execution.base.tokenizer
 
     def context_limit(self) -> int:
         return self.execution.context_limit()
@@ -122,7 +113,7 @@ class LocalEngine:
         return self._thread.is_alive()
 
     async def call(self, fn: Callable, *args) -> Any:
-        """Run ``fn(*args)`` on the engine thread, between two decode steps."""
+        """Run ``fn(*args)`` on the engine thread, between two decode steps (llama.cpp: two shards' batches)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         with self._cond:
@@ -136,6 +127,41 @@ class LocalEngine:
         with self._cond:
             self._inbox.extend((j, deliver) for j in jobs)
             self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    @staticmethod
+    def _run_commands(commands) -> None:
+        for fn, args, loop, future in commands:
+            try:
+                result, error = fn(*args), None
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+                result, error = None, exc
+            loop.call_soon_threadsafe(_resolve, future, result, error)
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
+
+class LocalEngine(_EngineThread):
+    """Generation on the base model held in this process, by one engine thread that owns the model.
+
+    The thread runs the decode loop of a :class:`~skillbank.model.decode.RowBatch`: between two steps it takes
+    the jobs the batcher admitted (``admit``) into the batch and runs queued model operations (``call``, e.g.
+    attaching a newly published shard); after each step it hands every finished row's output back through the
+    ``deliver`` callback it was admitted with. A job marked ``cancelled`` leaves the batch at the next step.
+    """
+
+    def __init__(self, execution, *, reuse_prefixes: bool = True):
+        self.reuse_prefixes = reuse_prefixes
+        super().__init__(execution)
+
+    @property
+    def tokenizer(self):
+        return self.execution.base.tokenizer
 
     def join_rows(self, batch: RowBatch, jobs: list[Job]) -> None:
         """Prefill ``jobs`` and add them to the batch (engine thread); each row follows its job's grammar."""
@@ -178,12 +204,7 @@ class LocalEngine:
                     return
                 new, self._inbox = self._inbox, []
                 commands, self._commands = self._commands, []
-            for fn, args, loop, future in commands:
-                try:
-                    result, error = fn(*args), None
-                except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-                    result, error = None, exc
-                loop.call_soon_threadsafe(_resolve, future, result, error)
+            self._run_commands(commands)
             if commands and batch is not None:
                 batch.forget_prefixes()  # a command may have changed the adapters whose k/v they hold
             try:
@@ -221,13 +242,7 @@ class LocalEngine:
                 rows.clear()
                 batch, last_step = None, None
 
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-
-
-class LlamaCppEngine:
+class LlamaCppEngine(_EngineThread):
     """Generation on llama.cpp (:class:`~skillbank.memory.execution_llamacpp.LlamaCppExecution`), by one engine
     thread that owns it - the same contract as :class:`LocalEngine` (``admit``, ``call``, outputs of
     ``SkillBank.plan``).
@@ -241,52 +256,16 @@ class LlamaCppEngine:
     ``SkillBank.plan`` does.
     """
 
-    continuous = True
+    thread_name = "skillbank-llamacpp"
 
     def __init__(self, execution, *, max_batch: int):
-        self.execution = execution
         self.max_batch = max_batch
-        self._cond = threading.Condition()
-        self._inbox: list[tuple[Job, Callable]] = []
-        self._commands: list[tuple[Callable, tuple, asyncio.AbstractEventLoop, asyncio.Future]] = []
-        self._closed = False
         self._hints: dict[str | None, list[int]] = {}  # system prompt -> a prompt rendered with it (its head)
-        self.cost = StepCost()
-        self._thread = threading.Thread(target=self._loop, name="skillbank-llamacpp", daemon=True)
-        self._thread.start()
+        super().__init__(execution)
 
     @property
     def tokenizer(self):
         return self.execution.tokenizer
-
-    def context_limit(self) -> int:
-        return self.execution.context_limit()
-
-    def prompt_tokens(self, request: str, entry: ShardEntry) -> int:
-        return len(prompt_ids(self.tokenizer, request, entry.system_prompt))
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    async def call(self, fn: Callable, *args) -> Any:
-        """Run ``fn(*args)`` on the engine thread, between two shards' batches."""
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        with self._cond:
-            self._commands.append((fn, args, loop, future))
-            self._cond.notify()
-        return await future
-
-    def admit(self, jobs: Sequence[Job], deliver: Callable[[Job, Output | None, BaseException | None], None]) -> None:
-        with self._cond:
-            self._inbox.extend((j, deliver) for j in jobs)
-            self._cond.notify()
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
 
     # -- the engine thread ---------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -300,12 +279,7 @@ class LlamaCppEngine:
                 waiting += self._inbox
                 self._inbox = []
                 commands, self._commands = self._commands, []
-            for fn, args, loop, future in commands:
-                try:
-                    result, error = fn(*args), None
-                except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-                    result, error = None, exc
-                loop.call_soon_threadsafe(_resolve, future, result, error)
+            self._run_commands(commands)
             waiting = _without_cancelled(waiting)
             if not waiting:
                 continue
