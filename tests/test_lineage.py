@@ -111,6 +111,7 @@ def test_the_neutral_start_is_built_once_and_ties_no_shard(tmp_path, base, tiny_
     another (forget takes one family alone); an exported shard imports into a bank that never built it."""
     from skillbank.memory import neutral
     from skillbank.memory.lineage import start_text
+    from skillbank.memory.shard_files import file_digest
 
     monkeypatch.setenv("SKILLBANK_CACHE", str(tmp_path / "cache"))
     records = neutral.neutral_records()
@@ -120,7 +121,8 @@ def test_the_neutral_start_is_built_once_and_ties_no_shard(tmp_path, base, tiny_
     bank = SkillBank.create(tmp_path / "bank", base=base)
     first = learn(bank, small_stream, k1, init="neutral")
     start_dir = neutral.neutral_dir(bank.manifest.base["digest"], CFG)
-    assert first.lineage == {"init": "neutral", "digest": neutral.weights_digest(start_dir), "key": start_dir.name}
+    assert first.lineage == {"init": "neutral", "digest": file_digest(start_dir / "adapter_model.safetensors"),
+                             "key": start_dir.name}
     assert neutral.ADAPTER not in base.adapter_names and "__start__" not in base.adapter_names
     from safetensors.torch import load_file
     saved = load_file(str(start_dir / "adapter_model.safetensors"))

@@ -190,14 +190,10 @@ class SkillBank:
 
     def _resolve_engine(self):
         choice = self.engine_choice
-        if choice == "torch" or (choice == "auto" and self._given_base) or self._load_execution is None:
-            return self.execution  # a bank made or opened here with a model in hand plans with that model
-        from skillbank.memory.execution_llamacpp import EngineUnavailable, LlamaCppExecution, llamacpp_problem
-        problem = llamacpp_problem(self.manifest)
-        if problem:
-            if choice == "llama.cpp":
-                raise EngineUnavailable(f"the llama.cpp engine cannot serve {self.root}: {problem}")
-            log.info("planning %s with the reference engine: %s", self.root, problem)
+        if self._load_execution is None:
+            return self.execution  # a bank made here with a model in hand plans with that model
+        from skillbank.memory.execution_llamacpp import LlamaCppExecution, pick_engine
+        if pick_engine(choice, self.manifest, self.root, model_in_hand=self._given_base) == "torch":
             return self.execution
         return LlamaCppExecution(self.root, lambda: self.manifest, reference=lambda: self.execution,
                                  max_resident=self._max_resident, threads=self._threads)

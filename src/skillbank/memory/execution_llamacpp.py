@@ -25,6 +25,7 @@ reference engine for them).
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -47,6 +48,7 @@ from skillbank.model.prompts import prompt_ids, stop_token_ids
 from skillbank.model.serialization import decode_output
 
 ENGINES = ("auto", "llama.cpp", "torch")
+log = logging.getLogger("skillbank")
 MERGED_RESIDENT = 3  # merged models kept loaded (~300 MB each: ~110 MB of weights, an 8,192-token KV cache)
 CONTEXT_TOKENS = 8192  # the embedded base's training context: 16 batched rows of a few hundred tokens each
 
@@ -69,6 +71,22 @@ def llamacpp_problem(manifest) -> str | None:
         return (f"the bank was built on base digest {manifest.base.get('digest', '')[:19]}..., the embedded model "
                 f"here is {identity.get('digest', '')[:19]}...")
     return None
+
+
+def pick_engine(choice: str, manifest, root, *, model_in_hand: bool) -> str:
+    """Which engine generates a bank's plans: "llama.cpp" or "torch", for ``choice`` ("auto", "llama.cpp" or
+    "torch"). "auto" takes llama.cpp where it can serve the bank, unless a model is in hand (then that model
+    plans); an explicit "llama.cpp" that cannot serve the bank is :class:`EngineUnavailable`, naming why.
+    ``SkillBank.engine`` and ``skillbank serve`` both decide by it."""
+    if choice == "torch" or (choice == "auto" and model_in_hand):
+        return "torch"
+    problem = llamacpp_problem(manifest)
+    if problem is None:
+        return "llama.cpp"
+    if choice == "llama.cpp":
+        raise EngineUnavailable(f"the llama.cpp engine cannot serve {root}: {problem}")
+    log.info("%s: the torch engine generates: %s", root, problem)
+    return "torch"
 
 
 class LlamaCppExecution:
@@ -332,4 +350,4 @@ def _trim_cache(directory: Path, budget: int, keep: Path) -> None:
             total -= size
 
 
-__all__ = ["ENGINES", "EngineUnavailable", "LlamaCppExecution", "llamacpp_problem"]
+__all__ = ["ENGINES", "EngineUnavailable", "LlamaCppExecution", "llamacpp_problem", "pick_engine"]

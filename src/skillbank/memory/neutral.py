@@ -25,6 +25,7 @@ from pathlib import Path
 
 from skillbank.cache import cache_root
 from skillbank.errors import BankError
+from skillbank.memory.shard_files import file_digest
 
 VERSION = 1  # part of the key: a change to what the start is trained on builds it again
 NEUTRAL_FAMILIES = 20
@@ -55,21 +56,13 @@ def neutral_records() -> list:
     return [recs[i] for i in range(PER_FAMILY) for recs in per_family if i < len(recs)]
 
 
-def weights_digest(directory: Path) -> str:
-    h = hashlib.sha256()
-    with open(directory / WEIGHTS, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return "sha256:" + h.hexdigest()
-
-
 def ensure_neutral_start(execution, base_digest: str, cfg, *, progress: bool = True) -> tuple[Path, dict]:
     """The neutral start for this base and recipe: (its adapter directory, the lineage record of a shard that
     starts from it). Trained now if this machine has not built it yet (progress shown); a cached directory that
     is incomplete or unreadable is built again."""
     directory = neutral_dir(base_digest, cfg)
-    record = directory / "neutral.json"
-    if not _complete(directory):
+    meta = _record(directory)
+    if meta is None:
         directory.parent.mkdir(parents=True, exist_ok=True)
         staging = directory.parent / f".staging-{directory.name}-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
@@ -91,20 +84,21 @@ def ensure_neutral_start(execution, base_digest: str, cfg, *, progress: bool = T
             if ADAPTER in base.adapter_names:
                 base.remove_adapter(ADAPTER)
             shutil.rmtree(staging, ignore_errors=True)
-    try:
-        meta = json.loads(record.read_text())
-    except (OSError, ValueError) as exc:
-        raise BankError(f"the neutral start in {directory} is unreadable ({exc}); delete the directory to "
-                        "build it again") from None
-    return directory, {"init": "neutral", "digest": weights_digest(directory), "key": meta["key"]}
+        meta = _record(directory)
+        if meta is None:
+            raise BankError(f"the neutral start in {directory} is unreadable right after it was built; delete "
+                            "the directory to build it again")
+    return directory, {"init": "neutral", "digest": file_digest(directory / WEIGHTS), "key": meta["key"]}
 
 
-def _complete(directory: Path) -> bool:
+def _record(directory: Path) -> dict | None:
+    """The start's neutral.json when the directory holds a complete start; None otherwise (to be built)."""
     try:
-        json.loads((directory / "neutral.json").read_text())
-        return (directory / WEIGHTS).is_file() and (directory / "adapter_config.json").is_file()
+        meta = json.loads((directory / "neutral.json").read_text())
     except (OSError, ValueError):
-        return False
+        return None
+    complete = (directory / WEIGHTS).is_file() and (directory / "adapter_config.json").is_file()
+    return meta if complete and isinstance(meta, dict) and "key" in meta else None
 
 
 __all__ = ["ensure_neutral_start", "neutral_dir", "neutral_key", "neutral_records"]

@@ -53,8 +53,6 @@ class Job:
     grammar: Any = None  # what the output must follow (skillbank.model.constrain); None: unconstrained
     client: str = ""  # who asked (the peer's address): fair admission shares the queue and the batch by it
     client_grammar: bool = False  # ``grammar`` came with the request (structured_outputs), not from the shard
-    started: float = 0.0  # when it joined a batch (llama.cpp engine)
-    rows_at_start: int = 0  # rows decoding when it joined (llama.cpp engine)
 
 
 @dataclass(frozen=True)
@@ -294,7 +292,8 @@ class LlamaCppEngine(_EngineThread):
 
             try:
                 self._serve(shard, group, waiting, answer)
-            except Exception as exc:  # noqa: BLE001 - fails this shard's batch only; the loop goes on
+            except Exception as exc:  # noqa: BLE001 - fails this shard's batch only (its files damaged or
+                # changed since publishing: BankError naming it); the loop goes on
                 for job, deliver in group:
                     if id(job) not in delivered:
                         answer(job, deliver, None, exc)
@@ -303,12 +302,7 @@ class LlamaCppEngine(_EngineThread):
                answer: Callable) -> None:
         """Decode ``group`` (jobs of ``shard``) and the jobs of it that arrive meanwhile; ``waiting`` (the other
         shards' jobs) gains what arrives for other shards. Every job of the batch is appended to ``group``."""
-        try:
-            serving = self.execution.decoder_for(shard)
-        except BankError as exc:  # its files changed or are damaged: its jobs fail, the others go on
-            for job, deliver in group:
-                answer(job, deliver, None, exc)
-            return
+        serving = self.execution.decoder_for(shard)
         if serving is None:
             self._by_reference(group, answer)
             return
@@ -319,11 +313,11 @@ class LlamaCppEngine(_EngineThread):
         if hint is None:
             hint = self._hints[entry.system_prompt] = prompt_ids(self.tokenizer, "-", entry.system_prompt)
         state = {"rows": 0, "last": None}
+        joined: dict[int, tuple[float, int]] = {}  # id(job) -> when it joined the batch, rows decoding then
 
         def start(job: Job) -> tuple[list[int], Any, int]:
             state["rows"] += 1
-            job.started = time.perf_counter()
-            job.rows_at_start = state["rows"]
+            joined[id(job)] = (time.perf_counter(), state["rows"])
             matcher = grammars.matcher(job.grammar) if job.grammar is not None else None
             return prompt_ids(self.tokenizer, job.request, entry.system_prompt), matcher, job.max_new_tokens
 
@@ -343,8 +337,9 @@ class LlamaCppEngine(_EngineThread):
             job, deliver = group[index]
             state["rows"] -= 1
             out = execution.step_output(shard, entry, step, job.grammar is not None)
-            answer(job, deliver, Output(out.text, out.parsed, out.n_tokens, out.stopped, job.started,
-                                        time.perf_counter() - job.started, job.rows_at_start, out.mean_logprob), None)
+            started, rows = joined.pop(id(job))
+            answer(job, deliver, Output(out.text, out.parsed, out.n_tokens, out.stopped, started,
+                                        time.perf_counter() - started, rows, out.mean_logprob), None)
 
         def on_step(rows: int) -> None:  # a row's time per token, for fair admission (see fairness.StepCost)
             now = time.perf_counter()

@@ -87,17 +87,9 @@ def serve_engine(root: Path, config: ServeConfig, base=None) -> str:
     "llama.cpp" that cannot serve the bank is an error, before anything is loaded."""
     if config.upstream:
         return "upstream"
-    if config.engine == "torch" or (config.engine == "auto" and base is not None):
-        return "torch"
     from skillbank.memory.bank import read_manifest
-    from skillbank.memory.execution_llamacpp import EngineUnavailable, llamacpp_problem
-    problem = llamacpp_problem(read_manifest(root))
-    if problem is None:
-        return "llama.cpp"
-    if config.engine == "llama.cpp":
-        raise EngineUnavailable(f"the llama.cpp engine cannot serve {root}: {problem}")
-    log.info("serving %s with the torch engine: %s", root, problem)
-    return "torch"
+    from skillbank.memory.execution_llamacpp import pick_engine
+    return pick_engine(config.engine, read_manifest(root), root, model_in_hand=base is not None)
 
 
 class Service:
