@@ -140,6 +140,20 @@ class _EngineThread:
                 result, error = None, exc
             loop.call_soon_threadsafe(_resolve, future, result, error)
 
+    def _next(self, busy: bool) -> tuple[list[tuple[Job, Callable]], bool] | None:
+        """Wait until there is something to do (``busy``: the loop still has rows to decode or jobs waiting), run
+        the queued model operations, and take the admitted jobs: (jobs, whether any operation ran); None once
+        the engine is closed."""
+        with self._cond:
+            while not (self._inbox or self._commands or busy or self._closed):
+                self._cond.wait()
+            if self._closed:
+                return None
+            new, self._inbox = self._inbox, []
+            commands, self._commands = self._commands, []
+        self._run_commands(commands)
+        return new, bool(commands)
+
     def _loop(self) -> None:
         raise NotImplementedError
 
@@ -195,15 +209,11 @@ class LocalEngine(_EngineThread):
         rows: dict[int, tuple[Job, Callable, float, int]] = {}  # id(job) -> job, deliver, joined at, batch size
         last_step = None  # when the last step ended, while rows kept decoding
         while True:
-            with self._cond:
-                while not (self._inbox or self._commands or rows or self._closed):
-                    self._cond.wait()
-                if self._closed:
-                    return
-                new, self._inbox = self._inbox, []
-                commands, self._commands = self._commands, []
-            self._run_commands(commands)
-            if commands and batch is not None:
+            taken = self._next(bool(rows))
+            if taken is None:
+                return
+            new, ran = taken
+            if ran and batch is not None:
                 batch.forget_prefixes()  # a command may have changed the adapters whose k/v they hold
             try:
                 for job, deliver in new:
@@ -269,16 +279,10 @@ class LlamaCppEngine(_EngineThread):
     def _loop(self) -> None:
         waiting: list[tuple[Job, Callable]] = []
         while True:
-            with self._cond:
-                while not (self._inbox or self._commands or waiting or self._closed):
-                    self._cond.wait()
-                if self._closed:
-                    return
-                waiting += self._inbox
-                self._inbox = []
-                commands, self._commands = self._commands, []
-            self._run_commands(commands)
-            waiting = _without_cancelled(waiting)
+            taken = self._next(bool(waiting))
+            if taken is None:
+                return
+            waiting = _without_cancelled(waiting + taken[0])
             if not waiting:
                 continue
             shard = waiting[0][0].shard
