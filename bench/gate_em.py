@@ -6,6 +6,10 @@ miss, which is exactly what a user with the gate on gets (greedy decoding: a kep
 same either way). Requests: the frozen test set ``tests/fixtures/users_indomain.jsonl`` and the older
 hand-written development sets, each reported on its own.
 
+Next to the bank's own router it also scores FSM's lexical Address Memory (``hashing-nb``, fitted on the same
+training requests, stage by stage): a request it routes elsewhere is planned again by the shard it picks
+(the rest share the bank's plan: same shard, same greedy output), so the two EM columns differ only by routing.
+
     .venv/bin/python bench/gate_em.py --bank runs/demo/methods/fsm/bank
     .venv/bin/python bench/gate_em.py --make runs/gate-bank     # first learn the five built-in families
                                                                 # with the demo's recipe (about 30 min here)
@@ -39,6 +43,21 @@ def make_bank(path: Path) -> None:
         print(f"learned {family} in {time.perf_counter() - t0:.0f} s", flush=True)
 
 
+def lexical_router(bank):
+    """FSM's Address Memory fitted on the demo stream's training requests of the bank's families, in its order."""
+    from skillbank.config import RunConfig, packaged_config
+    from skillbank.data.builtin import build_builtin_stream
+    from skillbank.memory.address import HashingNBAddress
+
+    run = RunConfig.from_toml(packaged_config("demo"))
+    stream = build_builtin_stream(seed=run.stream.seed, train_per_family=run.stream.train_per_family,
+                                  test_per_family=run.stream.test_per_family)
+    router = HashingNBAddress()
+    for family in bank.shard_names:
+        router.partial_fit([r.request for r in stream.train[family]], family)
+    return router
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bank", type=Path, help="an existing bank of the five built-in families")
@@ -58,7 +77,9 @@ def main() -> None:
     from skillbank.metrics import score_example
 
     bank = SkillBank.open(args.bank)
-    report = {"bank": str(args.bank)}
+    lexical = lexical_router(bank)
+    report = {"bank": str(args.bank), "router": {"kind": bank.manifest.address_kind,
+                                                 "params": bank.manifest.address_params}}
     for name, files in SETS.items():
         records = [Record.from_dict(json.loads(line)) for f in files
                    for line in (FIXTURES / f"{f}.jsonl").read_text().splitlines() if line.strip()]
@@ -76,9 +97,23 @@ def main() -> None:
                "kept": round(100 * sum(kept) / len(kept), 1), "correct_plans_refused": lost,
                "route_acc": round(100 * sum(p.shard == r.family for p, r in zip(plans, records)) / len(records), 1),
                "seconds": round(seconds, 1)}
+        # the same requests routed by the lexical Address Memory: only those it sends elsewhere are planned again
+        routes = lexical.predict([r.request for r in records])
+        lex_em = list(em)
+        for shard in sorted(set(routes)):
+            idx = [i for i, (p, s) in enumerate(zip(plans, routes)) if s == shard and p.shard != shard]
+            if idx:
+                again = bank.plan([records[i].request for i in idx], shard=shard, batch_size=args.batch_size)
+                for i, p in zip(idx, again):
+                    lex_em[i] = score_example(records[i].graph,
+                                              TaskGraph.from_dict(p.graph) if p.graph else None).graph_em
+        row["lexical_router"] = {"route_acc": round(100 * sum(s == r.family for s, r in zip(routes, records)) / len(records), 1),
+                                 "em_gate_off": round(100 * sum(lex_em) / len(lex_em), 1)}
         report[name] = row
         print(f"{name}: n={row['n']}  EM gate off {off:.1f}  gate on {on:.1f}  (kept {row['kept']}%, "
-              f"{lost} correct plans refused; routed to the right family {row['route_acc']}%)", flush=True)
+              f"{lost} correct plans refused; routed to the right family {row['route_acc']}%); with the lexical "
+              f"Address Memory: EM gate off {row['lexical_router']['em_gate_off']}, routed right "
+              f"{row['lexical_router']['route_acc']}%", flush=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
 

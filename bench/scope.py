@@ -10,9 +10,11 @@ Then it prints, on the hand-written sets:
   ``paraphrase_builtin*`` / ``offdomain*`` fixtures; frozen test sets: ``users_indomain`` /
   ``users_offdomain``, written blind to the design, on which nothing was chosen), refusal per off-domain
   category (near misses among them);
-- route accuracy of the default Address Memory on the held-out template requests and on the hand-written
-  in-domain requests;
-- the time of scope plus routing per request, encoder included (one request at a time);
+- route accuracy on the held-out template requests and on the hand-written in-domain requests
+  (development and frozen test apart) of a new bank's router (``embed-lda-nb`` reading past payloads of 6+
+  words) and of FSM's lexical Address Memory (``hashing-nb``, the paper's and the harness's);
+- the time of scope plus routing per request with a new bank's router, encoder included (one request at a
+  time);
 - the trade-off curve (in-domain kept vs off-domain refused, the operating point marked), drawn to
   ``--out``/scope-K.png with the numbers in ``--out``/scope.json.
 
@@ -31,7 +33,8 @@ import numpy as np
 from skillbank.data.builtin import build_builtin_stream
 from skillbank.experiments.routing import fit_stages
 from skillbank.experiments.scope import detector_for_stream
-from skillbank.memory.address import HashingNBAddress
+from skillbank.memory.address import HashingNBAddress, make_selector
+from skillbank.memory.bank import default_address
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 DEV_IN = ["paraphrase_builtin", "paraphrase_builtin_holdout", "paraphrase_builtin_short"]
@@ -64,15 +67,24 @@ def run_split(k: int, readers: list[str], out: Path | None) -> dict:
     offs = {n: rows(n) for n in DEV_OFF + TEST_OFF}
     held = [(r.request, key) for key in stream.family_keys for r in stream.test[key]]
 
-    router = fit_stages(HashingNBAddress(), stream, stream.family_keys)
-    routed_held = np.mean([p == key for p, (_, key) in zip(router.predict([r for r, _ in held]), held)])
-    hand = [(r["request"], family_of(r, skill_family)) for n in DEV_IN + TEST_IN for r in ins[n]]
-    hand = [(q, f) for q, f in hand if f is not None]
-    routed_hand = np.mean([p == f for p, (_, f) in zip(router.predict([q for q, _ in hand]), hand)])
-    result = {"families": k, "route": {"heldout": float(routed_held), "handwritten": float(routed_hand),
-                                       "n_heldout": len(held), "n_handwritten": len(hand)}, "readers": {}}
-    print(f"\n## K = {k}: route accuracy (hashing-nb, the default Address Memory): held-out templates "
-          f"{routed_held:.1%} (n={len(held)}), hand-written {routed_hand:.1%} (n={len(hand)})")
+    def hand_written(names):
+        pairs = [(r["request"], family_of(r, skill_family)) for n in names for r in ins[n]]
+        return [(q, f) for q, f in pairs if f is not None]
+
+    sets = {"heldout": held, "dev": hand_written(DEV_IN), "test": hand_written(TEST_IN)}
+    kind, params = default_address()
+    routers = {"hashing-nb": fit_stages(HashingNBAddress(), stream, stream.family_keys),
+               "default": fit_stages(make_selector(kind, **params), stream, stream.family_keys)}
+    result = {"families": k, "route": {}, "readers": {}}
+    print(f"\n## K = {k}: route accuracy, held-out templates (n={len(held)}) / hand-written development "
+          f"(n={len(sets['dev'])}) / hand-written frozen test (n={len(sets['test'])})")
+    for name, sel in routers.items():
+        acc = {part: float(np.mean([p == f for p, (_, f) in zip(sel.predict([q for q, _ in pairs]), pairs)]))
+               for part, pairs in sets.items()}
+        result["route"][name] = {**acc, **{f"n_{part}": len(pairs) for part, pairs in sets.items()}}
+        label = "FSM's Address Memory (hashing-nb)" if name == "hashing-nb" else f"a new bank's router ({kind} {params})"
+        print(f"- {label}: {acc['heldout']:.1%} / {acc['dev']:.1%} / {acc['test']:.1%}")
+    router = routers["default"]
 
     for reader in readers:
         t0 = time.perf_counter()

@@ -75,14 +75,14 @@ def test_crash_in_learn_leaves_previous_bank_intact(tmp_path, base, tiny_model_d
     before = bank.plan(requests_of(small_stream, k1, k2), max_new_tokens=MAX_NEW)
     manifest = (tmp_path / "bank" / "bank.json").read_bytes()
 
-    from skillbank.memory import address as address_mod
+    from skillbank.memory import selector as selector_mod
 
     def crash(self, directory):
         os.makedirs(directory, exist_ok=True)
         (directory / "selector.json").write_text("{half")
         raise KeyboardInterrupt("killed while saving")
 
-    monkeypatch.setattr(address_mod.HashingNBAddress, "save", crash)
+    monkeypatch.setattr(selector_mod.Selector, "save", crash)  # whichever router the bank has
     with pytest.raises(KeyboardInterrupt):
         learn(bank, small_stream, k2)
     monkeypatch.undo()

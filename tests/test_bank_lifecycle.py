@@ -348,37 +348,69 @@ def test_scope_statistics_of_another_encoder_are_refused_then_refit(tmp_path, ba
 
 
 def test_a_bank_routed_by_the_embedding_router(tmp_path, base, small_stream, tiny_model_dir, monkeypatch):
-    from skillbank.memory.address import make_selector
+    from skillbank.memory.address import load_selector, make_selector
 
-    r = invoke("create", tmp_path / "bank", "--base", tiny_model_dir, "--address", "embed-lda-nb")
+    # the default router of a new bank; the lexical one without an encoder or on request
+    r = invoke("create", tmp_path / "bank", "--base", tiny_model_dir)
     assert r.exit_code == 0, r.output
-    assert json.loads((tmp_path / "bank" / "bank.json").read_text())["address_kind"] == "embed-lda-nb"
+    manifest = json.loads((tmp_path / "bank" / "bank.json").read_text())
+    assert manifest["address_kind"] == "embed-lda-nb" and manifest["address_params"]["payload_min_words"] == 6
+    r = invoke("create", tmp_path / "lexical", "--base", tiny_model_dir, "--scope-encoder", "none")
+    assert r.exit_code == 0 and json.loads((tmp_path / "lexical" / "bank.json").read_text())["address_kind"] == "hashing-nb"
     r = invoke("create", tmp_path / "other", "--base", tiny_model_dir, "--address", "tfidf-logreg")
     assert r.exit_code == 2 and "choose one of" in r.output and not (tmp_path / "other").exists()
 
     bank = SkillBank.open(tmp_path / "bank", base=base)
-    k1, k2 = small_stream.family_keys[:2]
-    learn(bank, small_stream, k1)
-    learn(bank, small_stream, k2)
+    k1, k2, k3 = small_stream.family_keys[:3]
+    for k in (k1, k2, k3):
+        learn(bank, small_stream, k)
     # routes exactly as the router fitted on the same requests, stage by stage
-    same = make_selector("embed-lda-nb")
-    for k in (k1, k2):
+    same = make_selector("embed-lda-nb", payload_min_words=6)
+    for k in (k1, k2, k3):
         same.partial_fit([r.request for r in small_stream.train[k]], k)
-    requests = held_out(small_stream, k1, k2)
+    requests = held_out(small_stream, k1, k2, k3)
     np.testing.assert_allclose(bank.address.predict_proba(requests), same.predict_proba(requests), rtol=1e-9)
     assert bank.address.encoder_digest_ == same.encoder_digest_
     plans = bank.plan(requests[:2], max_new_tokens=MAX_NEW, scope=False)
     assert [p.shard for p in plans] == same.predict(requests[:2])
 
-    # what a pooled covariance cannot do is refused before anything is trained or written
+    # a family goes out exactly: the same routing as a router that never learned it
+    bank.export_family(k2, tmp_path / "k2.family")
+    bank.forget(k2)
+    never = make_selector("embed-lda-nb", payload_min_words=6)
+    for k in (k1, k3):
+        never.partial_fit([r.request for r in small_stream.train[k]], k)
+    assert bank.address.classes_ == [k1, k3]
+    np.testing.assert_array_equal(bank.address.predict_proba(requests), never.predict_proba(requests))
+    # ... and comes back in through an export, as if learned again (last)
+    bank.import_family(tmp_path / "k2.family")
+    again = make_selector("embed-lda-nb", payload_min_words=6)
+    for k in (k1, k3, k2):
+        again.partial_fit([r.request for r in small_stream.train[k]], k)
+    np.testing.assert_allclose(bank.address.predict_proba(requests), again.predict_proba(requests), rtol=1e-6)
+    # into a bank with the lexical router it does not go
+    lexical = SkillBank.open(tmp_path / "lexical", base=base)
+    with pytest.raises(BankError, match="differs from this bank's"):
+        lexical.import_family(tmp_path / "k2.family")
+
+    # a state saved before each family's scatter was kept apart (one pooled matrix) cannot forget exactly:
+    # refused before anything is trained or written
+    state = tmp_path / "bank" / bank.manifest.address_dir
+    with np.load(state / "stats.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["g_scatter"] = arrays.pop("g_class_scatter").astype(np.float64).sum(axis=0)
+    np.savez(state / "stats.npz", **arrays)
+    assert not load_selector(state).forgettable
+    bank = SkillBank.open(tmp_path / "bank", base=base)
+    np.testing.assert_allclose(bank.address.predict_proba(requests), again.predict_proba(requests), rtol=1e-5)
     before = sorted(p.relative_to(tmp_path / "bank") for p in (tmp_path / "bank").rglob("*"))
     trained = []
     monkeypatch.setattr(bank.execution, "train_shard", lambda *a, **k: trained.append(a))
-    with pytest.raises(BankError, match="cannot forget 't1.*pools its statistics.*--address hashing-nb"):
+    with pytest.raises(BankError, match="cannot forget 't1.*pools its statistics"):
         bank.forget(k1)
     with pytest.raises(BankError, match="cannot relearn"):
         bank.relearn(k1, small_stream.train[k1], CFG, catalog=small_stream.catalog, progress=False)
-    with pytest.raises(BankError, match="supported for 'hashing-nb'"):
+    with pytest.raises(BankError, match="cannot export"):
         bank.export_family(k1, tmp_path / "k1.family")
     assert not trained and sorted(p.relative_to(tmp_path / "bank") for p in (tmp_path / "bank").rglob("*")) == before
     r = invoke("forget", tmp_path / "bank", k1)

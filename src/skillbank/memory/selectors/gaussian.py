@@ -10,6 +10,11 @@ The scatter is merged with Chan et al.'s pairwise rule rather than accumulated a
 raw-moment difference loses most of its digits to cancellation. The rule is exact: any chunking of the
 same data gives the same statistics up to float rounding (tests check it).
 
+With ``per_class=True`` each class's own within-class scatter is kept too (float32, (d, d) per class) and the
+pooled one is their sum: then one class can be removed exactly (:meth:`forget`) or copied out with its
+statistics alone (:meth:`family`), which the pooled matrix alone cannot do. EPI's hidden states are too wide
+for that (d = 576 to 4,096); the sentence-embedding router (d = 384, ~0.6 MB a family) keeps them.
+
 Scoring is the linear/Gaussian discriminant with that shared covariance (Mahalanobis distance to each
 class mean). The covariance is shrunk toward a scaled identity by ``prior_strength`` pseudo-observations,
 a conjugate-prior (inverse-Wishart-like) estimate ``(S + nu0 * s2 * I) / (n - C + nu0)`` with
@@ -30,10 +35,11 @@ class GaussianClassStats:
     ``mean_`` (n_classes, d), ``scatter_`` (d, d): the pooled within-class sum of squared deviations.
     """
 
-    def __init__(self, prior_strength: float = 10.0):
+    def __init__(self, prior_strength: float = 10.0, per_class: bool = False):
         if not prior_strength >= 0:
             raise SelectorError(f"prior_strength must be >= 0, got {prior_strength!r}")
         self.prior_strength = float(prior_strength)
+        self.per_class = bool(per_class)
         self.reset()
 
     def reset(self) -> None:
@@ -41,7 +47,11 @@ class GaussianClassStats:
         self.count_ = np.zeros(0)
         self.mean_ = np.zeros((0, 0))
         self.scatter_ = np.zeros((0, 0))
+        # per_class: (n_classes, d, d) float32; scatter_ is then their sum in class order, so a state after
+        # forgetting a class is the same, bit for bit, as one that never learned it
+        self.class_scatter_ = np.zeros((0, 0, 0), dtype=np.float32)
         self._precision = None  # cached inverse covariance; cleared by every update
+        self._mean_terms = None  # (P @ means^T, m^T P m per class), derived from _precision
 
     @property
     def dim(self) -> int:
@@ -58,6 +68,7 @@ class GaussianClassStats:
         if not self.classes_:
             self.mean_ = np.zeros((0, X.shape[1]))
             self.scatter_ = np.zeros((X.shape[1], X.shape[1]))
+            self.class_scatter_ = np.zeros((0, X.shape[1], X.shape[1]), dtype=np.float32)
         labels = np.asarray(labels)
         for c in dict.fromkeys(labels.tolist()):
             Xc = X[labels == c]
@@ -67,14 +78,75 @@ class GaussianClassStats:
                 self.classes_.append(c)
                 self.count_ = np.append(self.count_, 0.0)
                 self.mean_ = np.vstack([self.mean_, np.zeros(X.shape[1])])
+                if self.per_class:
+                    self.class_scatter_ = np.concatenate(
+                        [self.class_scatter_, np.zeros((1, X.shape[1], X.shape[1]), dtype=np.float32)])
             i = self.classes_.index(c)
             n_a, mu_a = self.count_[i], self.mean_[i]
             n = n_a + n_b
             delta = mu_b - mu_a
             # Chan's merge: within-chunk scatter plus the between-chunk term of the two means.
-            self.scatter_ += dev.T @ dev + (n_a * n_b / n) * np.outer(delta, delta)
+            added = dev.T @ dev + (n_a * n_b / n) * np.outer(delta, delta)
+            if self.per_class:
+                self.class_scatter_[i] = (self.class_scatter_[i].astype(np.float64) + added).astype(np.float32)
+            else:
+                self.scatter_ += added
             self.mean_[i] = mu_a + delta * (n_b / n)
             self.count_[i] = n
+        if self.per_class:
+            self._pool()
+        self._precision = None
+        return self
+
+    def _pool(self) -> None:
+        d = self.mean_.shape[1] if self.mean_.ndim == 2 else 0
+        self.scatter_ = np.zeros((d, d))
+        for s in self.class_scatter_:  # in class order: the same sum whatever was learned and forgotten before
+            self.scatter_ += s
+
+    def forget(self, label: str) -> "GaussianClassStats":
+        """Remove one class's statistics exactly (``per_class`` only)."""
+        if not self.per_class:
+            raise SelectorError("these class statistics pool their scatter over classes; one class cannot be "
+                                "removed exactly")
+        i = self.classes_.index(label)
+        self.classes_.pop(i)
+        self.count_ = np.delete(self.count_, i)
+        self.mean_ = np.delete(self.mean_, i, axis=0)
+        self.class_scatter_ = np.delete(self.class_scatter_, i, axis=0)
+        self._pool()
+        self._precision = None
+        return self
+
+    def family(self, label: str) -> "GaussianClassStats":
+        """The statistics of one class alone (``per_class`` only)."""
+        if not self.per_class:
+            raise SelectorError("these class statistics pool their scatter over classes; one class's cannot be "
+                                "taken out")
+        i = self.classes_.index(label)
+        one = GaussianClassStats(self.prior_strength, per_class=True)
+        one.classes_, one.count_, one.mean_ = [label], self.count_[[i]], self.mean_[[i]]
+        one.class_scatter_ = self.class_scatter_[[i]]
+        one._pool()
+        return one
+
+    def add(self, other: "GaussianClassStats", source: str, label: str) -> "GaussianClassStats":
+        """Append class ``source`` of ``other`` as ``label``: the same as having learned it here."""
+        if not (self.per_class and other.per_class):
+            raise SelectorError("adding one class's statistics needs per-class statistics on both sides")
+        if label in self.classes_:
+            raise SelectorError(f"class {label!r} is already learned")
+        j = other.classes_.index(source)
+        if self.classes_ and other.dim != self.dim:
+            raise SelectorError(f"features have {other.dim} dimensions, the statistics {self.dim}")
+        if not self.classes_:
+            self.mean_ = np.zeros((0, other.dim))
+            self.class_scatter_ = np.zeros((0, other.dim, other.dim), dtype=np.float32)
+        self.classes_.append(label)
+        self.count_ = np.append(self.count_, other.count_[j])
+        self.mean_ = np.vstack([self.mean_, other.mean_[[j]]])
+        self.class_scatter_ = np.concatenate([self.class_scatter_, other.class_scatter_[[j]]])
+        self._pool()
         self._precision = None
         return self
 
@@ -95,6 +167,7 @@ class GaussianClassStats:
             # pinv, not inv: with prior_strength=0 and fewer requests than dimensions the covariance is
             # singular, and the pseudo-inverse gives the Mahalanobis distance within the observed span.
             self._precision = np.linalg.pinv(self.covariance(), hermitian=True)
+            self._mean_terms = None
         return self._precision
 
     def log_scores(self, X: np.ndarray) -> np.ndarray:
@@ -104,15 +177,21 @@ class GaussianClassStats:
             raise SelectorError("no class statistics yet; call partial_fit first")
         X = np.asarray(X, dtype=np.float64)
         P = self.precision()
+        if self._mean_terms is None:
+            # per state, not per request: P m for every class mean and m^T P m (O(C d^2), ~10 ms at C = 50)
+            PM = P @ self.mean_.T
+            self._mean_terms = (PM, np.einsum("dc,cd->c", PM, self.mean_))
+        PM, mm = self._mean_terms
         # (x - m)^T P (x - m) = x^T P x - 2 x^T P m + m^T P m, without an (n, C, d) temporary.
-        XP = X @ P
-        xx = np.einsum("nd,nd->n", XP, X)
-        mm = np.einsum("cd,de,ce->c", self.mean_, P, self.mean_)
-        d2 = xx[:, None] - 2 * XP @ self.mean_.T + mm[None, :]
+        xx = np.einsum("nd,nd->n", X @ P, X)
+        d2 = xx[:, None] - 2 * X @ PM + mm[None, :]
         return -0.5 * np.maximum(d2, 0.0)
 
     # -- persistence (arrays only; the owner stores classes and hyperparameters) ------------------
     def arrays(self, prefix: str = "") -> dict[str, np.ndarray]:
+        if self.per_class:
+            return {f"{prefix}count": self.count_, f"{prefix}mean": self.mean_,
+                    f"{prefix}class_scatter": self.class_scatter_}
         return {f"{prefix}count": self.count_, f"{prefix}mean": self.mean_, f"{prefix}scatter": self.scatter_}
 
     def set_arrays(self, classes: list[str], arrays: dict[str, np.ndarray], prefix: str = "") -> None:
@@ -123,7 +202,14 @@ class GaussianClassStats:
         try:
             self.count_ = np.asarray(arrays[f"{prefix}count"], dtype=np.float64)
             self.mean_ = np.asarray(arrays[f"{prefix}mean"], dtype=np.float64)
-            self.scatter_ = np.asarray(arrays[f"{prefix}scatter"], dtype=np.float64)
+            if self.per_class:
+                self.class_scatter_ = np.asarray(arrays[f"{prefix}class_scatter"], dtype=np.float32)
+                if self.class_scatter_.ndim != 3 or self.class_scatter_.shape[0] != len(self.classes_):
+                    raise SelectorError(f"saved class statistics are inconsistent: {len(self.classes_)} classes, "
+                                        f"per-class scatter {self.class_scatter_.shape}")
+                self._pool()
+            else:
+                self.scatter_ = np.asarray(arrays[f"{prefix}scatter"], dtype=np.float64)
         except KeyError as exc:
             raise SelectorError(f"saved class statistics lack the array {exc}") from None
         n, d = len(self.classes_), self.mean_.shape[1] if self.mean_.ndim == 2 else -1
