@@ -164,9 +164,12 @@ class GaussianClassStats:
 
     def precision(self) -> np.ndarray:
         if self._precision is None:
-            # pinv, not inv: with prior_strength=0 and fewer requests than dimensions the covariance is
-            # singular, and the pseudo-inverse gives the Mahalanobis distance within the observed span.
-            self._precision = np.linalg.pinv(self.covariance(), hermitian=True)
+            # With prior_strength=0 and fewer requests than dimensions the covariance is singular, and the
+            # pseudo-inverse gives the Mahalanobis distance within the observed span; with a prior it is
+            # positive definite and a plain inverse is 2-3x cheaper (~6 ms at d = 384: a cold plan pays it).
+            cov = self.covariance()
+            self._precision = (np.linalg.inv(cov) if self.prior_strength > 0 and np.trace(self.scatter_) > 0
+                               else np.linalg.pinv(cov, hermitian=True))
             self._mean_terms = None
         return self._precision
 
