@@ -108,8 +108,7 @@ class HashingNBAddress(Selector):
     def forget(self, label: str) -> "HashingNBAddress":
         """Drop a class's counts row. Exact: the other classes' likelihoods never read it, and the
         empirical prior's normaliser cancels in ``predict_proba``."""
-        if label not in self.classes_:
-            raise SelectorError(f"the Address Memory has no class {label!r}; it has {self.classes_}")
+        self._check_class(label)
         i = self.classes_.index(label)
         keep = [j for j in range(len(self.classes_)) if j != i]
         self.classes_ = [self.classes_[j] for j in keep]
@@ -119,8 +118,7 @@ class HashingNBAddress(Selector):
 
     def family_selector(self, label: str) -> "HashingNBAddress":
         """An Address Memory holding only ``label``'s statistics (its counts row)."""
-        if label not in self.classes_:
-            raise SelectorError(f"the Address Memory has no class {label!r}; it has {self.classes_}")
+        self._check_class(label)
         one = HashingNBAddress(**self.get_params())
         i = self.classes_.index(label)
         one.classes_ = [label]
@@ -130,10 +128,7 @@ class HashingNBAddress(Selector):
 
     def add_family(self, other: Selector, source: str, label: str) -> "HashingNBAddress":
         """Append class ``source`` of ``other`` as ``label`` (counts are additive: the same as learning it here)."""
-        if not isinstance(other, HashingNBAddress) or other.get_params() != self.get_params():
-            raise SelectorError(f"the family's routing statistics were made by another router "
-                                f"({getattr(other, 'kind', type(other).__name__)} {other.get_params()}; "
-                                f"here {self.kind} {self.get_params()})")
+        self._check_same_router(other)
         if label in self.classes_:
             raise SelectorError(f"class {label!r} is already learned")
         i = other.classes_.index(source)

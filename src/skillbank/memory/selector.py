@@ -115,6 +115,17 @@ class Selector(ABC):
         """Add class ``source`` of ``other`` (an exported family) as ``label``: the same as having learned it here."""
         raise SelectorError(f"{type(self).__name__} cannot add one class's statistics: they mix classes")
 
+    def _check_class(self, label: str) -> None:
+        if label not in self.classes_:
+            raise SelectorError(f"the Address Memory has no class {label!r}; it has {self.classes_}")
+
+    def _check_same_router(self, other: "Selector") -> None:
+        """An exported family's statistics merge only into a router of the same kind and settings."""
+        if type(other) is not type(self) or other.get_params() != self.get_params():
+            raise SelectorError(f"the family's routing statistics were made by another router "
+                                f"({getattr(other, 'kind', type(other).__name__)} {other.get_params()}; "
+                                f"here {self.kind} {self.get_params()})")
+
     # -- reading -----------------------------------------------------------------------------
     @abstractmethod
     def predict_proba(self, requests: Sequence[str]) -> np.ndarray:

@@ -269,12 +269,14 @@ class EmbeddingLDANBAddress(Selector):
         self.classes_ = list(self.stats_.classes_)
         return self
 
-    def forget(self, label: str) -> "EmbeddingLDANBAddress":
-        if label not in self.classes_:
-            raise SelectorError(f"the Address Memory has no class {label!r}; it has {self.classes_}")
+    def _check_apart(self, label: str, action: str) -> None:
+        self._check_class(label)
         if not self.forgettable:
             raise SelectorError("this embedding router's state was saved before each family's statistics were kept "
-                                "apart; it cannot forget one family exactly")
+                                f"apart; it cannot {action} one family exactly")
+
+    def forget(self, label: str) -> "EmbeddingLDANBAddress":
+        self._check_apart(label, "forget")
         self.stats_.forget(label)
         if self.nb_ is not None:
             self.nb_.forget(label)
@@ -282,11 +284,7 @@ class EmbeddingLDANBAddress(Selector):
         return self
 
     def family_selector(self, label: str) -> "EmbeddingLDANBAddress":
-        if label not in self.classes_:
-            raise SelectorError(f"the Address Memory has no class {label!r}; it has {self.classes_}")
-        if not self.forgettable:
-            raise SelectorError("this embedding router's state was saved before each family's statistics were kept "
-                                "apart; one family's cannot be exported")
+        self._check_apart(label, "export")
         one = EmbeddingLDANBAddress(**self.get_params())
         one.stats_ = self.stats_.family(label)
         one.nb_ = self.nb_.family_selector(label) if self.nb_ is not None else None
@@ -294,10 +292,7 @@ class EmbeddingLDANBAddress(Selector):
         return one
 
     def add_family(self, other: Selector, source: str, label: str) -> "EmbeddingLDANBAddress":
-        if not isinstance(other, EmbeddingLDANBAddress) or other.get_params() != self.get_params():
-            raise SelectorError(f"the family's routing statistics were made by another router "
-                                f"({getattr(other, 'kind', type(other).__name__)} {other.get_params()}; "
-                                f"here {self.kind} {self.get_params()})")
+        self._check_same_router(other)
         if self.encoder_digest_ is not None and other.encoder_digest_ not in (None, self.encoder_digest_):
             raise SelectorError("the family's routing statistics were made with other encoder weights")
         self.stats_.add(other.stats_, source, label)
