@@ -357,6 +357,9 @@ def test_a_bank_routed_by_the_embedding_router(tmp_path, base, small_stream, tin
     assert manifest["address_kind"] == "embed-lda-nb" and manifest["address_params"]["payload_min_words"] == 6
     r = invoke("create", tmp_path / "lexical", "--base", tiny_model_dir, "--scope-encoder", "none")
     assert r.exit_code == 0 and json.loads((tmp_path / "lexical" / "bank.json").read_text())["address_kind"] == "hashing-nb"
+    # a kind named without parameters gets that kind's defaults, in Python as on the command line
+    named = SkillBank.create(tmp_path / "named", base=base, address_kind="embed-lda-nb")
+    assert named.manifest.address_params == manifest["address_params"]
     r = invoke("create", tmp_path / "other", "--base", tiny_model_dir, "--address", "tfidf-logreg")
     assert r.exit_code == 2 and "choose one of" in r.output and not (tmp_path / "other").exists()
 

@@ -33,17 +33,13 @@ def create(bank: Path = typer.Argument(..., help="Directory of the new bank."),
                                                  "lexical Address Memory, the paper's; no encoder; the default "
                                                  "with --scope-encoder none).")):
     """Create an empty skill bank for a base model."""
-    from skillbank.memory.bank import SkillBank, default_address
+    from skillbank.memory.bank import SkillBank
     from skillbank.model.base import BaseModelConfig
     if address is not None and address not in BANK_ADDRESS_KINDS:
         raise typer.BadParameter(f"{address!r}; choose one of {', '.join(BANK_ADDRESS_KINDS)}", param_hint="--address")
-    encoder = scope_encoder_name(scope_encoder)
-    kind, params = default_address(encoder)
-    if address is not None and address != kind:
-        kind, params = address, ({} if address == "hashing-nb" else default_address()[1])
-    SkillBank.create(bank, base_config=BaseModelConfig(name=base, threads=threads), address_kind=kind,
-                     address_params=params, scope_params={"encoder": encoder, "quantile": scope_quantile})
-    err.print(f"created {bank} on base {base}, router {kind}")
+    sb = SkillBank.create(bank, base_config=BaseModelConfig(name=base, threads=threads), address_kind=address,
+                          scope_params={"encoder": scope_encoder_name(scope_encoder), "quantile": scope_quantile})
+    err.print(f"created {bank} on base {base}, router {sb.manifest.address_kind}")
 
 
 

@@ -209,12 +209,13 @@ class SkillBank:
                address_params: dict | None = None, scope_params: dict | None = None) -> "SkillBank":
         """Create an empty bank at ``path`` for a base model (a LoadedBase, or a BaseModelConfig to load).
         address_kind / address_params: the router; None: :func:`default_address` (the embedding router reading
-        past long payloads, or with ``scope_params={"encoder": None}`` the lexical Address Memory).
+        past long payloads, or with ``scope_params={"encoder": None}`` the lexical Address Memory; a kind given
+        without parameters gets that kind's defaults).
         scope_params: out-of-scope detection (:class:`~skillbank.memory.scope.ScopeDetector`), e.g.
         ``{"quantile": 0.01}``: the fraction of training requests its threshold would refuse, or
         ``{"encoder": None}``: word statistics alone, without the sentence encoder."""
-        if address_kind is None:
-            address_kind, defaults = default_address((scope_params or {}).get("encoder", "minilm"))
+        if address_kind is None or address_params is None:
+            address_kind, defaults = default_address((scope_params or {}).get("encoder", "minilm"), address_kind)
             address_params = {**defaults, **(address_params or {})}
         from skillbank.memory.execution import ExecutionMemory
         from skillbank.model.base import load_base
@@ -808,13 +809,15 @@ FAMILY_EXPORT_FORMAT = 1
 PAYLOAD_MIN_WORDS = 6
 
 
-def default_address(scope_encoder: str | None = "minilm") -> tuple[str, dict]:
-    """The router a new bank gets: the sentence-embedding router reading past long payloads (it routes
-    hand-written requests 11-22 points better than the lexical Address Memory; docs/routing.md), with the
-    encoder the scope gate loads anyway; without an encoder (``--scope-encoder none``), the lexical one."""
-    if scope_encoder is None:
-        return HashingNBAddress.kind, {}
-    return "embed-lda-nb", {"encoder": scope_encoder, "payload_min_words": PAYLOAD_MIN_WORDS}
+def default_address(scope_encoder: str | None = "minilm", kind: str | None = None) -> tuple[str, dict]:
+    """The router a new bank gets, and its parameters: by default the sentence-embedding router reading past
+    long payloads (it routes hand-written requests 13-22 points better than the lexical Address Memory;
+    docs/routing.md), with the encoder the scope gate loads anyway; without an encoder (``--scope-encoder
+    none``), the lexical one. ``kind``: that router with its defaults."""
+    kind = kind or ("embed-lda-nb" if scope_encoder is not None else HashingNBAddress.kind)
+    if kind == "embed-lda-nb":
+        return kind, {"encoder": scope_encoder or "minilm", "payload_min_words": PAYLOAD_MIN_WORDS}
+    return kind, {}
 
 
 def load_scope(root: Path, manifest: Manifest) -> ScopeDetector | None:

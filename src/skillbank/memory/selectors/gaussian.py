@@ -104,11 +104,13 @@ class GaussianClassStats:
         for s in self.class_scatter_:  # in class order: the same sum whatever was learned and forgotten before
             self.scatter_ += s
 
+    def _need_per_class(self, what: str) -> None:
+        if not self.per_class:
+            raise SelectorError(f"these class statistics pool their scatter over classes; one class's cannot be {what}")
+
     def forget(self, label: str) -> "GaussianClassStats":
         """Remove one class's statistics exactly (``per_class`` only)."""
-        if not self.per_class:
-            raise SelectorError("these class statistics pool their scatter over classes; one class cannot be "
-                                "removed exactly")
+        self._need_per_class("removed exactly")
         i = self.classes_.index(label)
         self.classes_.pop(i)
         self.count_ = np.delete(self.count_, i)
@@ -120,9 +122,7 @@ class GaussianClassStats:
 
     def family(self, label: str) -> "GaussianClassStats":
         """The statistics of one class alone (``per_class`` only)."""
-        if not self.per_class:
-            raise SelectorError("these class statistics pool their scatter over classes; one class's cannot be "
-                                "taken out")
+        self._need_per_class("taken out")
         i = self.classes_.index(label)
         one = GaussianClassStats(self.prior_strength, per_class=True)
         one.classes_, one.count_, one.mean_ = [label], self.count_[[i]], self.mean_[[i]]
@@ -132,8 +132,8 @@ class GaussianClassStats:
 
     def add(self, other: "GaussianClassStats", source: str, label: str) -> "GaussianClassStats":
         """Append class ``source`` of ``other`` as ``label``: the same as having learned it here."""
-        if not (self.per_class and other.per_class):
-            raise SelectorError("adding one class's statistics needs per-class statistics on both sides")
+        self._need_per_class("added to")
+        other._need_per_class("taken out")
         if label in self.classes_:
             raise SelectorError(f"class {label!r} is already learned")
         j = other.classes_.index(source)
@@ -168,7 +168,7 @@ class GaussianClassStats:
             # pseudo-inverse gives the Mahalanobis distance within the observed span; with a prior it is
             # positive definite and a plain inverse is 2-3x cheaper (~6 ms at d = 384: a cold plan pays it).
             cov = self.covariance()
-            self._precision = (np.linalg.inv(cov) if self.prior_strength > 0 and np.trace(self.scatter_) > 0
+            self._precision = (np.linalg.inv(cov) if self.prior_strength > 0
                                else np.linalg.pinv(cov, hermitian=True))
             self._mean_terms = None
         return self._precision
