@@ -27,15 +27,21 @@ SETS = {"users_indomain (frozen test)": ["users_indomain"],
                                               "paraphrase_builtin_short"]}
 
 
-def make_bank(path: Path) -> None:
+def demo_stream():
+    """The demo's run configuration and its stream (what the bank is learned from)."""
     from skillbank.config import RunConfig, packaged_config
     from skillbank.data.builtin import build_builtin_stream
+
+    run = RunConfig.from_toml(packaged_config("demo"))
+    return run, build_builtin_stream(seed=run.stream.seed, train_per_family=run.stream.train_per_family,
+                                     test_per_family=run.stream.test_per_family)
+
+
+def make_bank(path: Path) -> None:
     from skillbank.memory.bank import SkillBank
     from skillbank.model.base import load_base
 
-    run = RunConfig.from_toml(packaged_config("demo"))
-    stream = build_builtin_stream(seed=run.stream.seed, train_per_family=run.stream.train_per_family,
-                                  test_per_family=run.stream.test_per_family)
+    run, stream = demo_stream()
     bank = SkillBank.create(path, base=load_base(run.base_config()))
     for family in stream.family_keys:
         t0 = time.perf_counter()
@@ -45,13 +51,9 @@ def make_bank(path: Path) -> None:
 
 def lexical_router(bank):
     """FSM's Address Memory fitted on the demo stream's training requests of the bank's families, in its order."""
-    from skillbank.config import RunConfig, packaged_config
-    from skillbank.data.builtin import build_builtin_stream
     from skillbank.memory.address import HashingNBAddress
 
-    run = RunConfig.from_toml(packaged_config("demo"))
-    stream = build_builtin_stream(seed=run.stream.seed, train_per_family=run.stream.train_per_family,
-                                  test_per_family=run.stream.test_per_family)
+    _, stream = demo_stream()
     router = HashingNBAddress()
     for family in bank.shard_names:
         router.partial_fit([r.request for r in stream.train[family]], family)
