@@ -55,6 +55,12 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=96, help="Generation cap.")
     ap.add_argument("--train-records", type=int, default=16, help="Records the standalone bank learns from.")
     ap.add_argument("--dtype", default="float32", help="The base's dtype in memory (BaseModelConfig.dtype).")
+    ap.add_argument("--device", default="auto", help="Where the torch engine runs (BaseModelConfig.device): auto "
+                    "(CUDA when present), cpu, cuda, cuda:N.")
+    ap.add_argument("--batch-sizes", default="8,16", help="Comma-separated batch sizes of the aggregate figures "
+                    "(16 is the one the targets name).")
+    ap.add_argument("--scope-encoder", default="minilm", help="Sentence encoder of the standalone bank's scope and "
+                    "router ('none': word statistics and the lexical router, no encoder files needed).")
     ap.add_argument("--hf-dtypes", default="float32,bfloat16", help="Dtypes of the transformers reference.")
     ap.add_argument("--skip", default="", help="Comma-separated parts to skip: cold,batch,hf,llama.")
     ap.add_argument("--engines", default=None, help="Comma-separated plan engines to time in process "
@@ -74,7 +80,8 @@ def main() -> None:
         say(f"making a bank in {args.bank}: {FAMILY} from {args.train_records} records, one epoch ...")
         t0 = time.perf_counter()
         run_python(f"import sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import latency; "
-                   f"latency.make_bank({str(args.bank)!r}, {args.train_records})")
+                   f"latency.make_bank({str(args.bank)!r}, {args.train_records}, {args.scope_encoder!r}, "
+                   f"{args.device!r})")
         say(f"  made in {time.perf_counter() - t0:.0f} s")
     try:
         requests = bank_requests(args.bank)
@@ -97,15 +104,16 @@ def main() -> None:
 
 
 # -- the bank and its requests ---------------------------------------------------------------------------
-def make_bank(path: str, records: int) -> None:
+def make_bank(path: str, records: int, encoder: str = "minilm", device: str = "auto") -> None:
     """A bank at ``path`` on the embedded base with :data:`FAMILY` learned from ``records`` records, one epoch."""
     from skillbank.data.builtin import build_builtin_stream
     from skillbank.memory.bank import SkillBank
-    from skillbank.model.base import load_base
+    from skillbank.model.base import BaseModelConfig, load_base
     from skillbank.train.executor import TrainConfig
 
     stream = build_builtin_stream(seed=0, train_per_family=max(records, 8), test_per_family=4)
-    bank = SkillBank.create(path, base=load_base(progress=False))
+    bank = SkillBank.create(path, base=load_base(BaseModelConfig(device=device), progress=False),
+                            scope_params={"encoder": None if encoder == "none" else encoder})
     bank.learn(FAMILY, stream.train[FAMILY][:records], TrainConfig.for_small_cpu(epochs=1),
                skills=stream.catalog.family(FAMILY).skills, progress=False)
 
@@ -181,13 +189,13 @@ def warm(args, requests: list[str], skip: set, engine: str) -> dict:
     from skillbank.memory.bank import SkillBank
     import_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    if args.dtype == "float32":
+    if args.dtype == "float32" and args.device == "auto":
         bank = SkillBank.open(args.bank, engine=engine, threads=args.threads)
     else:
         from skillbank.model.base import BaseModelConfig
         name = json.loads((args.bank / "bank.json").read_text())["base"]["name"]
-        bank = SkillBank.open(args.bank, base_config=BaseModelConfig(name=name, dtype=args.dtype), engine=engine,
-                              threads=args.threads)
+        bank = SkillBank.open(args.bank, base_config=BaseModelConfig(name=name, dtype=args.dtype, device=args.device),
+                              engine=engine, threads=args.threads)
     open_s = time.perf_counter() - t0
     cap = args.max_new_tokens
     t0 = time.perf_counter()
@@ -197,10 +205,11 @@ def warm(args, requests: list[str], skip: set, engine: str) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     threads = getattr(bank.engine, "threads", None) or torch.get_num_threads()
-    say(f"in process, engine {engine} ({threads} threads, {args.dtype}): import {import_s:.2f} s, "
+    device = "llama.cpp (CPU)" if engine != "torch" else _device_name(bank.execution.base.model)
+    say(f"in process, engine {engine} on {device} ({threads} threads, {args.dtype}): import {import_s:.2f} s, "
         f"SkillBank.open {open_s:.2f} s, first plan {first_s:.2f} s ({first.n_tokens} tokens)")
-    out: dict = {"engine": engine, "threads": threads, "import_s": round(import_s, 2), "open_s": round(open_s, 2),
-                 "first_plan_s": round(first_s, 2)}
+    out: dict = {"engine": engine, "device": device, "threads": threads, "import_s": round(import_s, 2),
+                 "open_s": round(open_s, 2), "first_plan_s": round(first_s, 2)}
 
     batch1 = (requests * ((args.requests + len(requests) - 1) // len(requests)))[:args.requests]
     counts: dict[str, int] = {}
@@ -242,7 +251,8 @@ def warm(args, requests: list[str], skip: set, engine: str) -> dict:
         say(f"out of scope ({sum(1 for _ in off)} requests): p50 {out['out_of_scope_p50_s']:.3f} s")
 
     # Three batches' worth of requests per size: finished rows are refilled, as a busy planner's would be.
-    batches = {size: (requests * ((3 * size + len(requests) - 1) // len(requests)))[:3 * size] for size in (8, 16)}
+    sizes = [int(x) for x in args.batch_sizes.split(",")]
+    batches = {size: (requests * ((3 * size + len(requests) - 1) // len(requests)))[:3 * size] for size in sizes}
     if "batch" not in skip:
         for size, reqs in batches.items():
             for constrain in (True, False):
@@ -271,7 +281,7 @@ def warm(args, requests: list[str], skip: set, engine: str) -> dict:
             rows = {size: [(prompt_ids(tok, r, entry.system_prompt), counts[r]) for r in reqs]
                     for size, reqs in batches.items() if all(r in counts for r in reqs)}
             for dtype in args.hf_dtypes.split(","):
-                out[f"hf_{dtype}"] = hf_reference(merged.to(getattr(torch, dtype)), tok, prompts, rows, dtype)
+                out[f"hf_{dtype}"] = hf_reference(merged.to(getattr(torch, dtype)), tok, prompts, rows, dtype, sizes)
             merged.to(torch.float32)
         if "llama" not in skip:
             run = llama_runner(bank, threads)
@@ -292,12 +302,14 @@ def merged_model(bank, shard: str):
     from peft import PeftModel
 
     from skillbank.model.base import BaseModelConfig, load_base
-    fresh = load_base(BaseModelConfig(name=bank.manifest.base["name"]), progress=False)
+    fresh = load_base(BaseModelConfig(name=bank.manifest.base["name"], device=str(bank.execution.base.model.device)),
+                      progress=False)
     model = PeftModel.from_pretrained(fresh.model, str(bank.execution.dirs[shard])).merge_and_unload()
     return model.eval()
 
 
-def hf_reference(model, tokenizer, prompts: list[tuple[list[int], int]], batches: dict, dtype: str) -> dict:
+def hf_reference(model, tokenizer, prompts: list[tuple[list[int], int]], batches: dict, dtype: str,
+                 sizes: list[int]) -> dict:
     """transformers' greedy ``generate`` of each prompt's token count: ``prompts`` one at a time, then each of
     ``batches`` (size -> the rows [(prompt ids, token count)] the bank's own batch of that size wrote), left
     padded, once with every row writing the batch's mean count and once to its longest row."""
@@ -307,11 +319,13 @@ def hf_reference(model, tokenizer, prompts: list[tuple[list[int], int]], batches
 
     def run(ids: list[list[int]], n: int) -> None:
         width = max(len(i) for i in ids)
-        x = torch.tensor([[pad] * (width - len(i)) + i for i in ids])
-        mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids])
+        x = torch.tensor([[pad] * (width - len(i)) + i for i in ids], device=model.device)
+        mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids], device=model.device)
         with torch.inference_mode():
             model.generate(input_ids=x, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
                            pad_token_id=pad)
+        if model.device.type == "cuda":
+            torch.cuda.synchronize()  # the timer must not stop while kernels are still queued
 
     run([prompts[0][0]], 4)  # warm-up
     t0, c0 = time.perf_counter(), time.process_time()
@@ -322,7 +336,7 @@ def hf_reference(model, tokenizer, prompts: list[tuple[list[int], int]], batches
     out = {"batch1_tokens_per_s": round(n1 / b1, 1), "batch1_mean_s": round(b1 / len(prompts), 3),
            "batch1_tokens_per_cpu_s": round(n1 / cpu, 1)}
     if not batches:  # the bank's batches were skipped: rows from the batch-1 prompts
-        batches = {size: (prompts * ((size + len(prompts) - 1) // len(prompts)))[:size] for size in (8, 16)}
+        batches = {size: (prompts * ((size + len(prompts) - 1) // len(prompts)))[:size] for size in sizes}
     for size, rows in batches.items():
         chunks = [rows[i:i + size] for i in range(0, len(rows), size)]
         # uniform: every row writes its batch's mean count (the kernel's best case); same counts: a static batch
@@ -339,13 +353,13 @@ def hf_reference(model, tokenizer, prompts: list[tuple[list[int], int]], batches
             key = f"batch{size}" + ("" if how == "uniform" else "_same_counts")
             out[f"{key}_tokens_per_s"] = round(tokens / wall, 1)
             out[f"{key}_tokens_per_cpu_s"] = round(tokens / cpu, 1)
+    def each(suffix: str) -> str:
+        return ", ".join(f"batch {size} {out[f'batch{size}{suffix}_tokens_per_s']:.1f} "
+                         f"({out[f'batch{size}{suffix}_tokens_per_cpu_s']:.1f})" for size in batches)
+
     say(f"transformers generate, {dtype}: batch 1 {out['batch1_tokens_per_s']:.1f} tokens/s "
-        f"({out['batch1_tokens_per_cpu_s']:.1f} per CPU s); rows of uniform length: batch 8 "
-        f"{out['batch8_tokens_per_s']:.1f} ({out['batch8_tokens_per_cpu_s']:.1f}), batch 16 "
-        f"{out['batch16_tokens_per_s']:.1f} ({out['batch16_tokens_per_cpu_s']:.1f}); the requests' own counts "
-        f"(a static batch runs to its longest row): batch 8 {out['batch8_same_counts_tokens_per_s']:.1f} "
-        f"({out['batch8_same_counts_tokens_per_cpu_s']:.1f}), batch 16 {out['batch16_same_counts_tokens_per_s']:.1f} "
-        f"({out['batch16_same_counts_tokens_per_cpu_s']:.1f})")
+        f"({out['batch1_tokens_per_cpu_s']:.1f} per CPU s); rows of uniform length: {each('')}; the requests' own "
+        f"counts (a static batch runs to its longest row): {each('_same_counts')}")
     return out
 
 
@@ -465,6 +479,12 @@ def ratios(report: dict) -> list[str]:
 
 
 # -- helpers --------------------------------------------------------------------------------------------
+def _device_name(model) -> str:
+    import torch
+    device = next(model.parameters()).device
+    return f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else str(device)
+
+
 def machine_state() -> str:
     load = os.getloadavg()
     return f"{os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
