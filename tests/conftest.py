@@ -11,6 +11,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # torch is imported, and inherited by the CLI and learner processes the tests start.
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 
+# The suite runs on the CPU also where a GPU is present: its exactness tests state float32 rounding bounds of the
+# CPU kernels, and its inputs are built where CI builds them. On an H200 with CUDA visible, 10 tests failed only
+# because `device="auto"` put the tiny model on the GPU (docs/decoding.md, "On a GPU"); the GPU's own figures
+# come from `bench/latency.py --device cuda`. Set before torch is imported.
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
 SHARED_TASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "taskbench"
 
 
