@@ -59,8 +59,9 @@ def main() -> None:
                     "(CUDA when present), cpu, cuda, cuda:N.")
     ap.add_argument("--batch-sizes", default="8,16", help="Comma-separated batch sizes of the aggregate figures "
                     "(16 is the one the targets name).")
-    ap.add_argument("--scope-encoder", default="minilm", help="Sentence encoder of the standalone bank's scope and "
-                    "router ('none': word statistics and the lexical router, no encoder files needed).")
+    ap.add_argument("--scope-encoder", default=None, help="Sentence encoder of the standalone bank's scope and "
+                    "router; default: a new bank's ('none': word statistics and the lexical router, no encoder "
+                    "files needed).")
     ap.add_argument("--hf-dtypes", default="float32,bfloat16", help="Dtypes of the transformers reference.")
     ap.add_argument("--skip", default="", help="Comma-separated parts to skip: cold,batch,hf,llama.")
     ap.add_argument("--engines", default=None, help="Comma-separated plan engines to time in process "
@@ -104,7 +105,7 @@ def main() -> None:
 
 
 # -- the bank and its requests ---------------------------------------------------------------------------
-def make_bank(path: str, records: int, encoder: str = "minilm", device: str = "auto") -> None:
+def make_bank(path: str, records: int, encoder: str | None = None, device: str = "auto") -> None:
     """A bank at ``path`` on the embedded base with :data:`FAMILY` learned from ``records`` records, one epoch."""
     from skillbank.data.builtin import build_builtin_stream
     from skillbank.memory.bank import SkillBank
@@ -113,7 +114,7 @@ def make_bank(path: str, records: int, encoder: str = "minilm", device: str = "a
 
     stream = build_builtin_stream(seed=0, train_per_family=max(records, 8), test_per_family=4)
     bank = SkillBank.create(path, base=load_base(BaseModelConfig(device=device), progress=False),
-                            scope_params={"encoder": None if encoder == "none" else encoder})
+                            scope_params={} if encoder is None else {"encoder": None if encoder == "none" else encoder})
     bank.learn(FAMILY, stream.train[FAMILY][:records], TrainConfig.for_small_cpu(epochs=1),
                skills=stream.catalog.family(FAMILY).skills, progress=False)
 
