@@ -201,7 +201,13 @@ class Planner:
                       "executor_logprob": None}
         why = self.explain(d) if explain else None
         if d.out_of_scope and output is None and failure is None:
-            return Plan(d.request, None, d.routed, d.probabilities, out_of_scope=True, reason=v.reason,
+            reason = v.reason
+            if v.family is not None and d.routed and v.family != d.shard:
+                # The gate and the router weigh different evidence; the probabilities shown are the router's,
+                # so the reason says where the router would have sent the request too.
+                reason += (f"; the router would have sent it to {d.shard} "
+                           f"(probability {d.probabilities[d.shard]:.2f})")
+            return Plan(d.request, None, d.routed, d.probabilities, out_of_scope=True, reason=reason,
                         confidence=confidence, timings=timings, explain=why)
         if failure is not None or output is None:
             return Plan(d.request, d.shard, d.routed, d.probabilities, confidence=confidence, failed=True,
