@@ -118,10 +118,12 @@ def test_bad_input(tmp_path, base, tiny_model_dir, small_stream):
         bank.learn("narrow", small_stream.train[k2], CFG, skills=[small_stream.train[k2][0].graph.tasks[0]], progress=False)
     with pytest.raises(RecordError, match="request 1 is empty"):
         bank.plan(["ok", "  "], max_new_tokens=MAX_NEW)
-    # a request that would be generated and does not fit the context (one refused as out of scope never
-    # reaches the executor, so its length does not matter)
-    with pytest.raises(BankError, match="too long"):
-        bank.plan(["word " * 3000], max_new_tokens=MAX_NEW, scope=False)
+    # a request that would be generated and does not fit the context fails alone, with the reason, and the
+    # others are planned (one refused as out of scope never reaches the executor: its length does not matter)
+    long, fits = bank.plan(["word " * 3000, small_stream.test[k1][0].request], max_new_tokens=MAX_NEW, scope=False)
+    assert long.failed and long.graph is None and long.n_tokens == 0
+    assert "too long" in long.error and "context of" in long.error
+    assert not fits.failed and fits.n_tokens > 0
     with pytest.raises(BankError, match="unknown shard"):
         bank.plan(["ok"], shard="nope", max_new_tokens=MAX_NEW)
     # not a bank / already a bank

@@ -40,7 +40,7 @@ class Bank(Protocol):
     address: Any  # the Address Memory (classes_)
     scope: Any  # the scope statistics, or None
     execution: Any  # the Execution Memory, loaded on first use
-    engine: Any  # what generates plans: the Execution Memory or the llama.cpp engine (same generate/check_lengths)
+    engine: Any  # what generates plans: the Execution Memory or the llama.cpp engine (same generate/length_problems)
 
     @property
     def shard_names(self) -> list[str]: ...
@@ -202,7 +202,7 @@ class Planner:
         why = self.explain(d) if explain else None
         if d.out_of_scope and output is None and failure is None:
             reason = v.reason
-            if v.family is not None and d.routed and v.family != d.shard:
+            if v.score is not None and v.family is not None and d.routed and v.family != d.shard:
                 # The gate and the router weigh different evidence; the probabilities shown are the router's,
                 # so the reason says where the router would have sent the request too.
                 reason += (f"; the router would have sent it to {d.shard} "
@@ -253,19 +253,25 @@ class Planner:
         decisions = self.decide(requests, shard=shard)
         run = [i for i, d in enumerate(decisions) if not (scope and d.out_of_scope)]
         outputs: dict[int, Any] = {}
+        too_long: dict[int, str] = {}
         gen_s = 0.0
         if run:
             max_new_tokens = max_new_tokens or self.default_max_new_tokens()
             engine = self.bank.engine  # the model loads here, on the first request that needs it
-            engine.check_lengths([requests[i] for i in run], max_new_tokens)
+            # A request that cannot fit the context fails alone, with the reason; the others are planned.
+            problems = engine.length_problems([requests[i] for i in run], max_new_tokens)
+            too_long = {i: p for i, p in zip(run, problems) if p is not None}
+            run = [i for i in run if i not in too_long]
+        if run:
             t1 = time.perf_counter()
             outputs = dict(zip(run, engine.generate(
                 [requests[i] for i in run], [decisions[i].shard for i in run], batch_size=batch_size,
                 max_new_tokens=max_new_tokens, constrain=constrain, copy_values=copy_values)))
             gen_s = (time.perf_counter() - t1) / len(run)
         size = min(batch_size, len(run)) if run else 0
-        return [self.settle(d, outputs.get(i), constrained=constrain, batch_size=size if i in outputs else 0,
-                            generate_s=gen_s if i in outputs else 0.0, explain=explain)
+        return [self.settle(d, outputs.get(i), failure=too_long.get(i), constrained=constrain,
+                            batch_size=size if i in outputs else 0, generate_s=gen_s if i in outputs else 0.0,
+                            explain=explain)
                 for i, d in enumerate(decisions)]
 
 

@@ -245,11 +245,12 @@ class ExecutionMemory:
         cfg = self.base.model.config
         return int(getattr(cfg, "max_position_embeddings", 0) or 0)
 
-    def check_lengths(self, requests: Sequence[str], max_new_tokens: int | None = None,
-                      system_prompt: str | None = None) -> None:
-        """Refuse a request whose prompt plus the generation budget exceeds the model's context."""
-        check_prompt_lengths(self.base.tokenizer, self.context_limit(), self.shards.values(), requests,
-                             max_new_tokens, system_prompt)
+    def length_problems(self, requests: Sequence[str], max_new_tokens: int | None = None,
+                        system_prompt: str | None = None) -> list[str | None]:
+        """Per request, why its prompt plus the generation budget does not fit the model's context (None: it
+        fits)."""
+        return prompt_length_problems(self.base.tokenizer, self.context_limit(), self.shards.values(), requests,
+                                      max_new_tokens, system_prompt)
 
     def generate(self, requests: Sequence[str], shards: Sequence[str], *, batch_size: int = 8,
                  max_new_tokens: int | None = None, progress: bool = False, constrain: bool = True,
@@ -329,20 +330,22 @@ def read_skills_json(path: Path | None) -> dict | None:
         raise BankError(f"{path}: malformed skills.json ({exc})") from None
 
 
-def check_prompt_lengths(tokenizer, limit: int, entries, requests: Sequence[str], max_new_tokens: int | None,
-                         system_prompt: str | None = None) -> None:
-    """Refuse a request whose prompt (under the longest system prompt of ``entries``, or ``system_prompt``) plus
-    the generation budget exceeds ``limit`` tokens (0: no limit known). Both engines check with it."""
+def prompt_length_problems(tokenizer, limit: int, entries, requests: Sequence[str], max_new_tokens: int | None,
+                           system_prompt: str | None = None) -> list[str | None]:
+    """Per request, why its prompt (under the longest system prompt of ``entries``, or ``system_prompt``) plus
+    the generation budget does not fit ``limit`` tokens, or None when it does (and always with ``limit`` 0: no
+    limit known). Both engines check with it."""
     if not limit:
-        return
+        return [None] * len(requests)
     budget = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
     prompts = {e.system_prompt for e in entries} if system_prompt is None else {system_prompt}
     longest_system = max(prompts, key=len) if prompts else ""
-    for i, r in enumerate(requests):
+    problems: list[str | None] = []
+    for r in requests:
         n = len(prompt_ids(tokenizer, r, longest_system))
-        if n + budget > limit:
-            raise BankError(f"request {i} is too long: {n} prompt tokens + {budget} generation tokens "
-                            f"exceed the base model's context of {limit} tokens")
+        problems.append(f"the request is too long: {n} prompt tokens + {budget} generation tokens exceed the base "
+                        f"model's context of {limit} tokens" if n + budget > limit else None)
+    return problems
 
 
 def kept_grammar(grammars, key, entry, skills_path: Path | None, copy_from: str | None = None):

@@ -14,7 +14,7 @@ made again once. The cache keeps the most recently used merged models within a d
 each shard's adapter converted to llama.cpp's LoRA GGUF (:func:`~skillbank.model.llamacpp.convert_lora`, ~15 MB,
 ``<cache root>/llamacpp/lora/<key>.gguf``) and switched per request.
 
-It answers :meth:`generate` and :meth:`check_lengths` like :class:`~skillbank.memory.execution.ExecutionMemory`,
+It answers :meth:`generate` and :meth:`length_problems` like :class:`~skillbank.memory.execution.ExecutionMemory`,
 so the planner does not know which engine it has. Requests are grouped by shard (llama.cpp applies one set of
 adapters per forward pass), each decoded under its shard's grammar: a group's rows advance together, a lone
 request reuses the KV cache of the prompt head it shares with the shard's previous one. A shard whose adapter llama.cpp cannot apply exactly (a DoRA, a
@@ -38,7 +38,7 @@ from cachetools import LRUCache
 
 from skillbank.cache import cache_root
 from skillbank.errors import BankError, ModelError
-from skillbank.memory.execution import ShardOutput, check_prompt_lengths, grammars_kept, kept_grammar
+from skillbank.memory.execution import ShardOutput, grammars_kept, kept_grammar, prompt_length_problems
 from skillbank.memory.shard_files import shard_file_problems
 from skillbank.model.embedded import EMBEDDED, embedded_gguf_path, embedded_identity, embedded_tokenizer_dir
 from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS, GenerationStats
@@ -255,11 +255,11 @@ class LlamaCppExecution:
     def context_limit(self) -> int:
         return CONTEXT_TOKENS
 
-    def check_lengths(self, requests: Sequence[str], max_new_tokens: int | None = None,
-                      system_prompt: str | None = None) -> None:
-        """Refuse a request whose prompt plus the generation budget exceeds the context."""
-        check_prompt_lengths(self.tokenizer, self.context_limit(), self.manifest_of().shards, requests,
-                             max_new_tokens, system_prompt)
+    def length_problems(self, requests: Sequence[str], max_new_tokens: int | None = None,
+                        system_prompt: str | None = None) -> list[str | None]:
+        """Per request, why its prompt plus the generation budget does not fit the context (None: it fits)."""
+        return prompt_length_problems(self.tokenizer, self.context_limit(), self.manifest_of().shards, requests,
+                                      max_new_tokens, system_prompt)
 
     def generate(self, requests: Sequence[str], shards: Sequence[str], *, batch_size: int = 8,
                  max_new_tokens: int | None = None, progress: bool = False, constrain: bool = True,
