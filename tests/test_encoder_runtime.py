@@ -65,6 +65,9 @@ def test_int8_form_is_cached_apart_embeds_close_and_reports_its_own_digest(cache
     again = SentenceEncoder("minilm-int8")  # from its cache, with the digest it was made with
     assert again.model is None and again.digest == int8.digest
     np.testing.assert_array_equal(again.encode(TEXTS), got)
+    # one scale per call over the whole batch: a text's embedding must not depend on the texts beside it
+    for i, text in enumerate(TEXTS):
+        np.testing.assert_array_equal(int8.encode([text])[0], got[i])
     meta = json.loads((folder / "encoder.json").read_text())
     (folder / "encoder.json").write_text(json.dumps({**meta, "quantize": None}))  # not the int8 form's record
     assert rt.cached(minilm_dir(), "int8") is None

@@ -101,7 +101,10 @@ class SentenceEncoder:
                     warnings.warn(f"sentence encoder {name!r} runs through torch: its ONNX export failed ({exc})")
             if folder is not None:
                 self.model = self.tokenizer = None  # loaded only to export: the ONNX form runs from now on
-                self._onnx = rt.OnnxEncoder(folder, local, max_length, batch_size)
+                # The int8 form quantizes its activations with one scale per call, drawn from every row and
+                # padding position of the batch: batched, a request's embedding would depend on the requests
+                # beside it (a route or a verdict could change with them). It embeds one text per call.
+                self._onnx = rt.OnnxEncoder(folder, local, max_length, 1 if quantize else batch_size)
                 self._digest = self._onnx.digest
                 self.dim, self.backend = self._onnx.dim, "onnx"
                 return

@@ -21,7 +21,9 @@ there; checked in tests/test_encoder_runtime.py).
 as 8-bit integers, one scale per output channel (ONNX Runtime's dynamic quantization; activations are
 quantized per call). On two CPU cores it embeds a request about twice as fast, and its embeddings keep a
 cosine of ~0.99 to the float ones - close, but not the same vectors, so statistics made with one form must
-never be scored with the other: its digest carries the suffix :data:`INT8_SUFFIX`.
+never be scored with the other: its digest carries the suffix :data:`INT8_SUFFIX`. Its activations are
+quantized with one scale per call, taken over the whole batch, so it embeds one text per call (see
+``SentenceEncoder``): a request's embedding must not depend on the requests beside it.
 """
 from __future__ import annotations
 
