@@ -23,6 +23,8 @@ from skillbank.memory.address import make_selector
 from skillbank.memory.bank import default_address
 from skillbank.memory.selectors.embedding import get_encoder
 
+from scope import time_per_request  # bench/scope.py: the same timing, one request at a time
+
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 
 
@@ -44,25 +46,16 @@ def main() -> None:
     totals: dict[str, list[float]] = {name: [] for name in setups}
     for rnd in range(args.rounds):
         for name, (det, router) in setups.items():
-            for q in sample[:5]:  # ONNX Runtime's first calls allocate: untimed
-                det.decision_function([q])
-                router.predict_proba([q])
-            scope_s = route_s = 0.0
-            for q in sample:
-                t0 = time.perf_counter()
-                det.decision_function([q])
-                t1 = time.perf_counter()
-                router.predict_proba([q])
-                scope_s, route_s = scope_s + t1 - t0, route_s + time.perf_counter() - t1
+            scope_ms, route_ms = time_per_request(det, router, sample)
             encoder = get_encoder(name)
             t0 = time.perf_counter()
             for q in sample:
                 encoder.encode([q])
             encode_s = time.perf_counter() - t0
             n = len(sample)
-            totals[name].append((scope_s + route_s) / n * 1000)
-            print(f"K={args.families} round {rnd} {name:12s}: scope {scope_s / n * 1000:.1f} ms + routing "
-                  f"{route_s / n * 1000:.1f} ms = {totals[name][-1]:.1f} ms a request; one encoder pass "
+            totals[name].append(scope_ms + route_ms)
+            print(f"K={args.families} round {rnd} {name:12s}: scope {scope_ms:.1f} ms + routing "
+                  f"{route_ms:.1f} ms = {totals[name][-1]:.1f} ms a request; one encoder pass "
                   f"{encode_s / n * 1000:.1f} ms", flush=True)
     base = next(iter(totals))
     for name, ms in totals.items():

@@ -113,8 +113,9 @@ def make_bank(path: str, records: int, encoder: str | None = None, device: str =
     from skillbank.train.executor import TrainConfig
 
     stream = build_builtin_stream(seed=0, train_per_family=max(records, 8), test_per_family=4)
+    from skillbank.cli.common import scope_encoder_name
     bank = SkillBank.create(path, base=load_base(BaseModelConfig(device=device), progress=False),
-                            scope_params={} if encoder is None else {"encoder": None if encoder == "none" else encoder})
+                            scope_params={} if encoder is None else {"encoder": scope_encoder_name(encoder)})
     bank.learn(FAMILY, stream.train[FAMILY][:records], TrainConfig.for_small_cpu(epochs=1),
                skills=stream.catalog.family(FAMILY).skills, progress=False)
 
@@ -354,6 +355,7 @@ def hf_reference(model, tokenizer, prompts: list[tuple[list[int], int]], batches
             key = f"batch{size}" + ("" if how == "uniform" else "_same_counts")
             out[f"{key}_tokens_per_s"] = round(tokens / wall, 1)
             out[f"{key}_tokens_per_cpu_s"] = round(tokens / cpu, 1)
+
     def each(suffix: str) -> str:
         return ", ".join(f"batch {size} {out[f'batch{size}{suffix}_tokens_per_s']:.1f} "
                          f"({out[f'batch{size}{suffix}_tokens_per_cpu_s']:.1f})" for size in batches)

@@ -214,8 +214,8 @@ class ScopeDetector:
 
     def check_encoder(self) -> None:
         """Fail now, not after a shard's training, when the shipped encoder this detector needs is missing."""
-        from skillbank.memory.selectors.embedding import MINILM, MINILM_INT8, minilm_dir
-        if self.encoder in (MINILM, MINILM_INT8):
+        from skillbank.memory.selectors.embedding import SHIPPED_ENCODERS, minilm_dir
+        if self.encoder in SHIPPED_ENCODERS:
             minilm_dir()
 
     def made_with_other_encoder_weights(self) -> bool:

