@@ -810,7 +810,7 @@ FAMILY_EXPORT_FORMAT = 1
 PAYLOAD_MIN_WORDS = 6
 # The sentence encoder of a new bank's scope gate and router: all-MiniLM-L6-v2 with int8 matrix weights. Scope
 # plus routing reads two texts per request (the gate the request with its values masked, the router with its
-# long payloads masked), and on two CPU cores the int8 form makes that 7-8 ms instead of 10-13 ms, with the same
+# long payloads masked), and on two CPU cores the int8 form makes that 6-10 ms instead of 10-14 ms, with the same
 # route accuracy on the development requests (92.2 / 94.0 / 83.6 at K = 5 / 20 / 50) and the gate within 1.8
 # points (bench/scope.py --encoder, bench/encoder_speed.py; docs/routing.md). Banks made before keep "minilm".
 DEFAULT_ENCODER = "minilm-int8"
