@@ -368,3 +368,46 @@ def test_decoding_eval_measures_both_modes_on_the_same_requests(tmp_path, tiny_m
     write(result, tmp_path / "out")
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"decoding.json", "decoding.md", "decoding.png",
                                                               "predictions.jsonl", "provenance.json"}
+
+
+def _as_converted_by_transformers_5_17(path: Path) -> None:
+    """Rewrite a byte-level BPE tokenizer.json as transformers 5.17 converts SmolLM2's GGUF tokenizer: byte
+    fallback on and a SentencePiece-style decoder sequence (token ids unchanged)."""
+    data = json.loads(path.read_text())
+    data["model"].update(byte_fallback=True, fuse_unk=True, unk_token="<|endoftext|>")
+    data["normalizer"] = {"type": "Sequence", "normalizers": []}
+    data["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+        {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}]}
+    path.write_text(json.dumps(data))
+
+
+def test_a_tokenizer_the_grammar_reads_wrong_is_refused_and_the_embedded_conversion_repaired(tmp_path):
+    """Under transformers 5.17 the embedded tokenizer converted from the GGUF encoded as before but llguidance read
+    two tokens in three as other bytes, and constrained plans lost half their exact matches with no error (found
+    on a GPU machine). Such a tokenizer is now refused by name before any decoding; the embedded conversion gives
+    the file back its byte-level form, which the grammar reads right and which encodes the same ids."""
+    from transformers import AutoTokenizer
+
+    from skillbank.errors import ModelError
+    from skillbank.model.base import embedded_tokenizer_dir
+    from skillbank.model.constrain import GrammarCache
+    from skillbank.model.embedded import repair_byte_level_bpe
+
+    good_dir = tmp_path / "tok"
+    shutil.copytree(embedded_tokenizer_dir(), good_dir)
+    good = AutoTokenizer.from_pretrained(str(good_dir))
+    assert not repair_byte_level_bpe(good_dir / "tokenizer.json")  # a right file is left alone
+    GrammarCache(good, stops=[good.eos_token_id], vocab_size=len(good))
+
+    _as_converted_by_transformers_5_17(good_dir / "tokenizer.json")
+    broken = AutoTokenizer.from_pretrained(str(good_dir))
+    text = 'Plan: transcribe "meeting.wav", then translate it into German.'
+    assert broken(text)["input_ids"] == good(text)["input_ids"]  # nothing wrong to see in the ids
+    with pytest.raises(ModelError, match="reads this tokenizer's tokens differently"):
+        GrammarCache(broken, stops=[broken.eos_token_id], vocab_size=len(broken))
+
+    assert repair_byte_level_bpe(good_dir / "tokenizer.json")
+    repaired = AutoTokenizer.from_pretrained(str(good_dir))
+    assert repaired(text)["input_ids"] == good(text)["input_ids"]
+    GrammarCache(repaired, stops=[repaired.eos_token_id], vocab_size=len(repaired))

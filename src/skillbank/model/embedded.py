@@ -53,6 +53,37 @@ def tokenizer_from_gguf():
     return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
 
 
+def save_tokenizer_from_gguf(directory: Path) -> None:
+    """Convert the GGUF's tokenizer into ``directory`` (Hugging Face files), in the byte-level form it has."""
+    tokenizer_from_gguf().save_pretrained(directory)
+    repair_byte_level_bpe(Path(directory) / "tokenizer.json")
+
+
+def repair_byte_level_bpe(path: Path) -> bool:
+    """Give a byte-level BPE tokenizer file back its byte-level decoding; True if it needed it.
+
+    Some transformers versions (5.17 here; 5.25 does not) convert a GGUF's GPT-2-style tokenizer, SmolLM2's, with
+    SentencePiece parts: byte fallback on and a decoder sequence built for '▁' pieces. Token ids are unaffected,
+    but the grammar library reads each token's bytes from these settings and took 'Ġthe' for the bytes of 'Ġthe',
+    not ' the': two tokens in three read wrong, and grammar-constrained plans lost half their exact matches (no
+    error). A ByteLevel pre-tokenizer maps every byte to a vocabulary character, so byte fallback can never
+    apply: the plain byte-level settings are what the file means. Edited by hand because the conversion is
+    transformers' own, without a setting for this."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    model, pre, decoder = data.get("model") or {}, data.get("pre_tokenizer") or {}, data.get("decoder") or {}
+    if model.get("type") != "BPE" or pre.get("type") != "ByteLevel":
+        return False
+    if not model.get("byte_fallback") and decoder.get("type") == "ByteLevel":
+        return False
+    model.update(byte_fallback=False, fuse_unk=False, unk_token=None)
+    data["normalizer"] = None
+    data["decoder"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, path)
+    return True
+
+
 def embedded_tokenizer_dir(cache_dir: str | os.PathLike | None = None) -> Path:
     """A directory with the embedded model's tokenizer files (converted from the GGUF on first use, ~6 s)."""
     models = cache_root(cache_dir) / "models"
@@ -66,7 +97,7 @@ def embedded_tokenizer_dir(cache_dir: str | os.PathLike | None = None) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{EMBEDDED_TOKENIZER_DIR}-", dir=models))
     tmp.chmod(0o755)
     try:
-        tokenizer_from_gguf().save_pretrained(tmp)
+        save_tokenizer_from_gguf(tmp)
         publish_dir(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
