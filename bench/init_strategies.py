@@ -36,7 +36,8 @@ FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 DEV = ["paraphrase_builtin", "paraphrase_builtin_holdout", "paraphrase_builtin_short"]
 
 
-def make_bank(path: Path, rule: str, run, stream, first_from: Path | None, order: str = "O1") -> dict:
+def make_bank(path: Path, rule: str, run, stream, first_from: Path | None, order: str = "O1",
+              scope_params: dict | None = None) -> dict:
     """Learn the stream's families into a new bank at ``path`` with ``init=rule``. The first family has nothing
     to start from under any rule: with ``first_from`` (a bank of the same recipe) its shard is imported from
     there instead of trained again."""
@@ -45,7 +46,7 @@ def make_bank(path: Path, rule: str, run, stream, first_from: Path | None, order
     from skillbank.memory.bank import SkillBank
     from skillbank.model.base import load_base
 
-    bank = SkillBank.create(path, base=load_base(run.base_config()))
+    bank = SkillBank.create(path, base=load_base(run.base_config()), scope_params=scope_params)
     seconds = {}
     families = stream.order(order)
     if rule == "neutral":  # built (or found in the cache) first: its one-off cost is not a family's
@@ -114,24 +115,41 @@ def main() -> None:
                     help="a fresh bank of the same recipe to import the first family from (default: BANKS/fresh)")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--config", type=Path, default=None,
+                    help="a run config whose recipe, stream and base to use (default: the demo's; configs/compare.toml "
+                         "is the same recipe in float32, as the method comparison trains)")
+    ap.add_argument("--neutral-size", default=None, metavar="FAMILIESxPER_FAMILY",
+                    help="the neutral start's training set (default: skillbank.memory.neutral's 20x10); the rule's "
+                         "figures are then kept as neutral-FxP")
+    ap.add_argument("--scope-encoder", default=None, choices=["none"],
+                    help="none: banks with word statistics alone and the lexical Address Memory (no sentence "
+                         "encoder needed, as on a machine without the MiniLM wheel)")
     args = ap.parse_args()
 
     from skillbank.config import RunConfig, packaged_config
     from skillbank.data.builtin import build_builtin_stream
 
-    run = RunConfig.from_toml(packaged_config("demo"))
+    run = RunConfig.from_toml(args.config or packaged_config("demo"))
+    scope_params = {"encoder": None} if args.scope_encoder == "none" else None
+    neutral_name = "neutral"
+    if args.neutral_size:
+        from skillbank.memory import neutral
+        families, per_family = (int(n) for n in args.neutral_size.lower().split("x"))
+        neutral.NEUTRAL_FAMILIES, neutral.PER_FAMILY = families, per_family  # both are part of the cache key
+        neutral_name = f"neutral-{families}x{per_family}"
     stream = build_builtin_stream(seed=run.stream.seed, train_per_family=run.stream.train_per_family,
                                   test_per_family=run.stream.test_per_family)
-    report = {"recipe": "demo", "families": stream.family_keys, "rules": {}}
+    report = {"recipe": run.name, "families": stream.family_keys, "rules": {}}
     if args.json and args.json.is_file():
         report["rules"] = json.loads(args.json.read_text()).get("rules", {})
     fresh = args.first_from or args.banks / "fresh"
     for rule in args.rules.split(","):
-        path = args.banks / rule
+        name = neutral_name if rule == "neutral" else rule
+        path = args.banks / name
         if not (path / "bank.json").is_file():
             first_from = fresh if rule in ("previous", "nearest") and (fresh / "bank.json").is_file() else None
-            make_bank(path, rule, run, stream, first_from, args.order)
-        key = rule if args.order == "O1" else f"{rule}@{args.order}"
+            make_bank(path, rule, run, stream, first_from, args.order, scope_params)
+        key = name if args.order == "O1" else f"{name}@{args.order}"
         report["rules"][key] = row = evaluate(path, stream, args.batch_size)
         row["order"] = stream.order(args.order)
         print(f"[{key}] macro EM routed {row['routed_macro']}, oracle {row['oracle_macro']}; hand-written dev "

@@ -104,6 +104,23 @@ def test_previous_and_nearest_choose_their_start(tmp_path, base, small_stream, s
     assert near.lineage["share"] == pytest.approx(max(votes.values()) / len(routed), abs=1e-4)
 
 
+def test_the_neutral_start_teaches_the_shards_target_format():
+    """The start's targets are what a one-family shard writes (bare skill names); trained with one prefix over
+    twenty families (its first version) they spelled out each synthetic family instead."""
+    from skillbank.memory import neutral
+    from skillbank.model.serialization import encode
+    from skillbank.train.executor import common_prefix
+
+    records = neutral.neutral_records()
+    prefixes = neutral.family_prefixes(records)
+    assert len(prefixes) == neutral.NEUTRAL_FAMILIES
+    assert all(p.startswith("Synthetic::syn") and p.endswith("::") for p in prefixes.values())
+    targets = [encode(r.graph, "compact", prefixes[r.family]) for r in records]
+    assert not any("::" in t for t in targets)
+    one_prefix = common_prefix(sorted({t for r in records for t in r.graph.tasks}))
+    assert all("::" in encode(r.graph, "compact", one_prefix) for r in records)  # what version 1 trained
+
+
 def test_the_neutral_start_is_built_once_and_ties_no_shard(tmp_path, base, tiny_model_dir, small_stream, spy_fit,
                                                            monkeypatch):
     """init="neutral": an adapter trained on invented (synthetic) families, built on first use into the cache
@@ -127,6 +144,9 @@ def test_the_neutral_start_is_built_once_and_ties_no_shard(tmp_path, base, tiny_
     from safetensors.torch import load_file
     saved = load_file(str(start_dir / "adapter_model.safetensors"))
     assert any(torch.equal(v, spy_fit[k1][k]) for k, v in saved.items() if k in spy_fit[k1])
+    # it was trained on the format its shards write: bare skill names, no synthetic family spelled out
+    trained = json.loads((start_dir / "neutral.json").read_text())["training"]["family_prefix"]
+    assert trained == neutral.family_prefixes(records) and len(trained) == neutral.NEUTRAL_FAMILIES
     built = (start_dir / "adapter_model.safetensors").stat().st_mtime_ns
     second = learn(bank, small_stream, k2, init="neutral")
     assert second.lineage == first.lineage and (start_dir / "adapter_model.safetensors").stat().st_mtime_ns == built

@@ -27,7 +27,10 @@ from skillbank.cache import cache_root
 from skillbank.errors import BankError
 from skillbank.memory.shard_files import file_digest
 
-VERSION = 1  # part of the key: a change to what the start is trained on builds it again
+# Part of the key: a change to what the start is trained on builds it again. Version 1 trained its records with
+# one prefix for all twenty families, so its targets spelled out "syn0001_grid::approve_battery" where every
+# shard writes the bare skill name: it taught another output format than the one its shards must learn.
+VERSION = 2
 NEUTRAL_FAMILIES = 20
 PER_FAMILY = 10  # 200 records: the size of one built-in family's training set, so one family's training time
 SEED = 20261204  # the synthetic catalog's seed: invented families, none of them a user's
@@ -56,6 +59,16 @@ def neutral_records() -> list:
     return [recs[i] for i in range(PER_FAMILY) for recs in per_family if i < len(recs)]
 
 
+def family_prefixes(records) -> dict[str, str]:
+    """Each family's skill-id prefix, which the compact targets of a one-family shard leave out: trained with
+    these, the start writes what its shards will write (bare skill names), whatever family a record is from."""
+    from skillbank.train.executor import common_prefix
+    skills: dict[str, set[str]] = {}
+    for r in records:
+        skills.setdefault(r.family, set()).update(r.graph.tasks)
+    return {family: common_prefix(sorted(ids)) for family, ids in skills.items()}
+
+
 def ensure_neutral_start(execution, base_digest: str, cfg, *, progress: bool = True) -> tuple[Path, dict]:
     """The neutral start for this base and recipe: (its adapter directory, the lineage record of a shard that
     starts from it). Trained now if this machine has not built it yet (progress shown); a cached directory that
@@ -72,7 +85,9 @@ def ensure_neutral_start(execution, base_digest: str, cfg, *, progress: bool = T
         from skillbank.train.executor import train_executor
         base = execution.base
         try:
-            _, summary = train_executor(base, neutral_records(), cfg, adapter_name=ADAPTER, progress=progress)
+            records = neutral_records()
+            _, summary = train_executor(base, records, cfg, adapter_name=ADAPTER, progress=progress,
+                                        family_prefix=family_prefixes(records))
             base.save_adapter(ADAPTER, staging)
             (staging / "neutral.json").write_text(json.dumps(
                 {"key": directory.name, "base_digest": base_digest, "recipe": cfg.to_dict(),
@@ -101,4 +116,4 @@ def _record(directory: Path) -> dict | None:
     return meta if complete and isinstance(meta, dict) and "key" in meta else None
 
 
-__all__ = ["ensure_neutral_start", "neutral_dir", "neutral_key", "neutral_records"]
+__all__ = ["ensure_neutral_start", "family_prefixes", "neutral_dir", "neutral_key", "neutral_records"]

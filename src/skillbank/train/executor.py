@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import torch
 
@@ -170,7 +170,7 @@ class TrainSummary:
     precision: str
     device: str
     target_format: str
-    family_prefix: str
+    family_prefix: str | dict[str, str]  # one prefix, or one per family (a start trained for one-family shards)
     config: dict = field(default_factory=dict)
     terms: dict = field(default_factory=dict)  # mean of each extra loss term (continual methods)
 
@@ -199,14 +199,17 @@ def top_layers(num_layers: int, count: int) -> tuple[int, ...]:
 
 # -- training --------------------------------------------------------------------------------------
 def train_executor(base: LoadedBase, records: Sequence[Record], cfg: TrainConfig | None = None, *,
-                   adapter_name: str, family_prefix: str | None = None, progress: bool = True, checkpoint=None,
+                   adapter_name: str, family_prefix: str | Mapping[str, str] | None = None, progress: bool = True,
+                   checkpoint=None,
                    init_adapter: str | None = None):
     """Train a LoRA adapter ``adapter_name`` on ``records`` and return ``(peft_model, TrainSummary)``.
 
     The adapter is added to ``base`` (``base.peft`` is the PeftModel holding every adapter), trained with
     AdamW + linear warm-up/decay, then frozen and left active in eval mode. ``family_prefix`` is the
     skill-id prefix the compact format strips (default: the longest ``::`` prefix shared by the records'
-    skills); it is returned in the summary because decoding needs it. ``checkpoint``: see
+    skills); it is returned in the summary because decoding needs it. A mapping gives each record's family its
+    own prefix: records of several families then train the format a one-family shard writes (bare skill names),
+    which is what a start for such shards must teach. ``checkpoint``: see
     :func:`~skillbank.train.loop.fit` (a killed training continues from it).
     init_adapter: an adapter already on ``base`` whose LoRA A and B tensors the new adapter starts from
         (:func:`copy_lora`; same rank, target modules and layers) instead of a fresh initialisation; the
@@ -221,6 +224,11 @@ def train_executor(base: LoadedBase, records: Sequence[Record], cfg: TrainConfig
     if family_prefix is None:
         family_prefix = common_prefix(sorted({t for r in records for t in r.graph.tasks}))
 
+    if isinstance(family_prefix, Mapping):
+        family_prefix = dict(family_prefix)
+        missing = sorted({r.family for r in records} - set(family_prefix))
+        if missing:
+            raise ModelError(f"no family prefix given for the records of {missing}")
     examples, dropped = build_examples(base, records, cfg, family_prefix)
     peft_model = add_lora(base, adapter_name, cfg)
     try:
@@ -278,13 +286,15 @@ def copy_lora(base: LoadedBase, source: str, target: str) -> None:
             tensor.copy_(src[key].to(dtype=tensor.dtype, device=tensor.device))
 
 
-def build_examples(base: LoadedBase, records: Sequence[Record], cfg: TrainConfig, family_prefix: str
-                   ) -> tuple[list[Example], int]:
+def build_examples(base: LoadedBase, records: Sequence[Record], cfg: TrainConfig,
+                   family_prefix: str | Mapping[str, str]) -> tuple[list[Example], int]:
     """Tokenized (prompt, target) pairs of ``records``; examples over ``cfg.max_length`` are dropped and
-    counted (a truncated target would teach the model never to stop)."""
+    counted (a truncated target would teach the model never to stop). ``family_prefix``: one prefix for every
+    record, or a prefix per ``record.family``."""
     examples, dropped = [], 0
     for r in records:
-        ex = build_example(base.tokenizer, r.request, encode(r.graph, cfg.target_format, family_prefix),
+        prefix = family_prefix[r.family] if isinstance(family_prefix, Mapping) else family_prefix
+        ex = build_example(base.tokenizer, r.request, encode(r.graph, cfg.target_format, prefix),
                            cfg.system_prompt)
         if cfg.max_length is not None and len(ex.input_ids) > cfg.max_length:
             dropped += 1
