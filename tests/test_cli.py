@@ -225,6 +225,19 @@ def test_plan_file_plain_text_jsonl_and_stdin(tmp_path, tiny_bank, small_stream)
     assert "plain text" in help_text and "'-' for stdin" in help_text
 
 
+def test_plan_exits_1_when_a_request_failed_after_printing_every_plan(tmp_path, tiny_bank, small_stream):
+    """A request too long for the model fails alone: every line is printed, the failed one says why, and the
+    exit status is 1 so a script notices; refusals and plans alone exit 0 (the test above)."""
+    ok = small_stream.test["t4_vision_document"][0].request
+    (tmp_path / "reqs.txt").write_text("word " * 3000 + "\n" + ok + "\n")
+    r = invoke("plan", tiny_bank, "--file", tmp_path / "reqs.txt", "--max-new-tokens", 4, "--no-scope")
+    assert r.exit_code == 1, r.output
+    lines = [json.loads(x) for x in r.stdout.strip().splitlines()]
+    assert [x["id"] for x in lines] == [1, 2]
+    assert lines[0]["failed"] and "too long" in lines[0]["error"] and not lines[1].get("failed")
+    assert "1 of 2 requests failed" in r.stderr
+
+
 def test_plan_file_errors_name_file_and_line(tmp_path):
     bank = tmp_path / "no-bank"  # the input is read before any bank or model is opened
     (tmp_path / "bad.jsonl").write_text('{"id": 1, "request": "a"}\n\n{"id": 2, "request": \n')

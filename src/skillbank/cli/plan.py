@@ -134,7 +134,9 @@ def plan(
                                          "can serve the bank, else torch), 'llama.cpp' or 'torch'."),
 ):
     """Plan requests: route each to one shard, generate its task graph; prints one JSON object per request
-    (a request no family covers: "shard": null, "out_of_scope": true and the reason)."""
+    (a request no family covers: "shard": null, "out_of_scope": true and the reason). Exit status 1 when a
+    request failed (its line says "failed": true and why: a damaged shard, a request too long for the model),
+    after every line is printed; a refusal as out of scope is an answer, not a failure."""
     from skillbank.memory.bank import SkillBank
     if (request is None) == (file is None):
         raise typer.BadParameter("give exactly one of: a request argument, or --file")
@@ -152,6 +154,10 @@ def plan(
         if rid is not None:
             d = {"id": rid, **d}
         print(json.dumps(d, ensure_ascii=False))
+    failed = sum(1 for d in plans if d.get("failed"))
+    if failed:  # a script reading the lines can stop on the status instead of parsing every one
+        err.print(f"skillbank: {failed} of {len(plans)} requests failed (see their \"error\")", highlight=False)
+        raise typer.Exit(1)
 
 
 def _plan_by_service(bank: Path, server: str | None, requests: list[str], *, shard, max_new_tokens, explain,
