@@ -175,3 +175,45 @@ def test_real_model_trains_one_step_and_generates():
 def test_small_cpu_preset():
     cfg = TrainConfig.for_small_cpu(epochs=4)
     assert (cfg.target_format, cfg.dropout, cfg.lr, cfg.epochs, cfg.rank) == ("compact", 0.0, 2e-3, 4, 16)
+
+
+def test_the_shared_prompt_head_runs_once_with_the_same_logits_and_gradients(tiny):
+    """The training forward may run the prompt head every row shares (system instruction, chat markup) once and
+    let the rows attend to its keys and values: the target logits and the adapter's gradients are those of the
+    whole batch's forward, to float rounding."""
+    from skillbank.train.executor import add_lora, build_examples
+    from skillbank.train.loop import collate, shared_head_length, target_logits
+
+    cfg = TrainConfig(rank=4, alpha=8, dropout=0.0, target_format="compact")
+    examples, _ = build_examples(tiny, records(6), cfg, P)
+    peft = add_lora(tiny, "head", cfg)
+    tiny.activate(["head"])
+    params = [p for n, p in peft.named_parameters() if "lora_" in n and ".head." in n]
+    with torch.no_grad():
+        for p in params:
+            p.normal_(std=0.05)  # a fresh LoRA's B is zero: give the adapter's weights something to differ on
+    for p in params:
+        p.requires_grad_(True)
+    batch = collate(examples, tiny.tokenizer.pad_token_id)
+    head = shared_head_length(batch)
+    prompt = batch["labels"][0].ne(-100).nonzero()[0].item()
+    assert 8 <= head < prompt  # the system turn and "Plan the following request:", not a request's own words
+    lm = peft.get_base_model()
+    results = []
+    for share in (False, True):
+        for p in params:
+            p.grad = None
+        logits, labels = target_logits(lm, batch, share_head=share)
+        torch.nn.functional.cross_entropy(logits.float(), labels).backward()
+        results.append((logits.detach(), labels, [p.grad.clone() for p in params]))
+    (whole, labels_a, grads_a), (shared, labels_b, grads_b) = results
+    assert torch.equal(labels_a, labels_b)
+    torch.testing.assert_close(shared, whole, rtol=1e-4, atol=1e-4)
+    for a, b in zip(grads_a, grads_b):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5 * float(a.abs().max()) + 1e-8)
+    # nothing to share: one row, or rows that differ from the first token
+    one = collate(examples[:1], tiny.tokenizer.pad_token_id)
+    assert shared_head_length(one) == 0
+    odd = {k: v.clone() for k, v in batch.items()}
+    odd["input_ids"][1, 0] = odd["input_ids"][0, 0] + 1
+    assert shared_head_length(odd) == 0

@@ -36,8 +36,8 @@ from skillbank.model.base import LoadedBase, bf16_is_fast, freeze_all
 from skillbank.model.prompts import IGNORE_INDEX, Example
 from skillbank.train.checkpoint import FitCheckpoint, fit_fingerprint, python_rng_state, set_python_rng_state
 
-__all__ = ["LossTerm", "StepContext", "FitResult", "fit", "target_logits", "target_loss", "collate",
-           "length_grouped_batches", "resolve_precision", "adapter_parameters", "swapped_adapters"]
+__all__ = ["LossTerm", "StepContext", "FitResult", "fit", "target_logits", "target_loss", "shared_head_length",
+           "collate", "length_grouped_batches", "resolve_precision", "adapter_parameters", "swapped_adapters"]
 
 PRECISIONS = ("auto", "fp32", "bf16")
 
@@ -96,16 +96,71 @@ def _fast_head_ok(model) -> bool:
     return hasattr(model, "get_decoder") and model.get_output_embeddings() is not None
 
 
-def target_logits(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+# A prompt head shorter than this is not worth a forward pass of its own.
+MIN_SHARED_HEAD = 8
+# fit runs the shared prompt head once per batch (when there is no dropout); False: every row runs it, as before
+# (bench/train_head.py times both).
+SHARE_PROMPT_HEAD = True
+
+
+def shared_head_length(batch: dict[str, torch.Tensor]) -> int:
+    """How many leading tokens every row of ``batch`` shares with no target predicted from them: the fixed
+    prompt head (system instruction, chat markup: 30 of the built-in stream's ~119 tokens a row). 0 when that
+    is shorter than :data:`MIN_SHARED_HEAD` or the batch has one row."""
+    ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+    if ids.shape[0] < 2:
+        return 0
+    same = ((ids == ids[:1]) & (mask == 1)).all(dim=0).long()  # [T]
+    common = int(same.cumprod(0).sum())
+    targets = (labels != IGNORE_INDEX).any(dim=0).nonzero()
+    first_target = int(targets[0]) if len(targets) else ids.shape[1]
+    head = min(common, first_target - 1)  # position t predicts token t+1: the head predicts no target
+    return head if head >= MIN_SHARED_HEAD else 0
+
+
+def _decoder_with_head(decoder, batch: dict[str, torch.Tensor], head: int) -> torch.Tensor:
+    """The decoder's hidden states at positions ``head``..T-1 of every row, the shared head run once.
+
+    Same arithmetic as the whole batch's forward: the head's keys and values are computed for one row and
+    repeated for the others (gradients of the adapter's weights sum over the rows, as they would), then the
+    rows' own tokens attend to them. Written by hand because training forwards in transformers take no shared
+    prefix."""
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    rows, width = ids.shape
+    from transformers import DynamicCache
+
+    cache_arg, cache = _cache_arg(decoder), DynamicCache()
+    decoder(input_ids=ids[:1, :head], attention_mask=mask[:1, :head], use_cache=True, **{cache_arg: cache})
+    cache.batch_repeat_interleave(rows)
+    positions = torch.arange(head, width, device=ids.device).expand(rows, -1)
+    return decoder(input_ids=ids[:, head:], attention_mask=mask, position_ids=positions, use_cache=True,
+                   **{cache_arg: cache}).last_hidden_state  # [B, T - head, H]
+
+
+def _cache_arg(decoder) -> str:
+    """transformers renamed ``past_key_values`` to ``cache`` (5.x deprecates the old name): what this one takes."""
+    import inspect
+    return "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+
+
+def target_logits(model, batch: dict[str, torch.Tensor], *, share_head: bool = False
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits at the positions that predict a target token, and those targets: ``([N, V], [N])``.
 
     model: the plain causal LM with LoRA layers injected (``peft_model.get_base_model()``).
     Position t predicts token t+1, so hidden states [B, T-1] are matched with labels[:, 1:]; only the N
     positions whose next token is a target are sent through the output layer ([N, H] -> [N, V]).
+    share_head: run the prompt head that every row shares once instead of once a row
+        (:func:`shared_head_length`; a fifth fewer tokens through the model on the built-in stream). Only
+        exact without dropout (the rows would share one dropout draw there); the training loop asks for it then.
     """
     labels = batch["labels"][:, 1:]  # [B, T-1]
     keep = labels != IGNORE_INDEX  # [B, T-1]
-    if _fast_head_ok(model):
+    head = shared_head_length(batch) if share_head and _fast_head_ok(model) else 0
+    if head:
+        hidden = _decoder_with_head(model.get_decoder(), batch, head)  # positions head..T-1
+        logits = model.get_output_embeddings()(hidden[:, :-1][keep[:, head:]])  # [N, V]
+    elif _fast_head_ok(model):
         hidden = model.get_decoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                                      use_cache=False).last_hidden_state  # [B, T, H]
         logits = model.get_output_embeddings()(hidden[:, :-1][keep])  # [N, V]
@@ -314,7 +369,7 @@ def fit(base: LoadedBase, examples: Sequence[Example], cfg, *, adapter: str, act
                 for idx in mine:
                     batch = {n: t.to(device) for n, t in collate([examples[i] for i in idx], pad_id).items()}
                     with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-                        logits, labels = target_logits(lm, batch)
+                        logits, labels = target_logits(lm, batch, share_head=SHARE_PROMPT_HEAD and cfg.dropout == 0)
                         loss = torch.nn.functional.cross_entropy(logits.float(), labels)
                         step_loss += float(loss.detach()) / len(mine)
                         if terms:
