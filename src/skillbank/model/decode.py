@@ -122,8 +122,7 @@ class RowBatch:
         self.stops = set(stop_token_ids(tokenizer, model))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.stops)
         lm = model.get_base_model() if hasattr(model, "get_base_model") else model
-        # transformers renamed past_key_values to cache (5.x deprecates the old name): use what it takes.
-        self._cache_arg = "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
+        self._cache_arg = cache_keyword(lm)
         self.rows: list[Row] = []
         self._bitmask: torch.Tensor | None = None  # reused allowed-token bitmask, a row per batch row
         self._reset()
@@ -396,6 +395,12 @@ def _left_padded(kv: torch.Tensor | None, width: int, like: torch.Tensor | None 
 
 
 # -- the cache and the one-shard LoRA forward ------------------------------------------------------------------
+def cache_keyword(module) -> str:
+    """The keyword ``module.forward`` takes its KV cache by: transformers renamed ``past_key_values`` to
+    ``cache`` (5.x deprecates the old name)."""
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+
+
 def growing_cache():
     """A ``DynamicCache`` whose layers append in place (:class:`_GrowingLayer`); a plain one where transformers
     builds its layers otherwise (versions before the ``layer_class_to_replicate`` hook)."""

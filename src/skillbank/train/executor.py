@@ -7,7 +7,8 @@ tokens only. Logits are computed only at positions that predict a target token: 
 (49,152 x 576 for SmolLM2) is a fifth of the model's compute per position and the prompt positions carry
 no loss, so this skips a large share of the work and memory.
 
-Speed on a small CPU (bench/train_probe.py): batches are grouped by length to cut padding; mixed
+Speed on a small CPU (bench/train_probe.py, bench/train_head.py): batches are grouped by length to cut padding;
+the prompt head every example shares is run once per batch (``skillbank.train.loop``; ~1.1x); mixed
 precision ``bf16`` (autocast) is ~1.3x faster than fp32 where the CPU supports bfloat16; LoRA restricted
 to the top layers (``layers_to_transform``) makes backward stop at the lowest adapted layer (autograd
 only differentiates what depends on a trainable tensor) -- ~1.5x faster, but it learned much worse.

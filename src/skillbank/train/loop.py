@@ -129,18 +129,13 @@ def _decoder_with_head(decoder, batch: dict[str, torch.Tensor], head: int) -> to
     rows, width = ids.shape
     from transformers import DynamicCache
 
-    cache_arg, cache = _cache_arg(decoder), DynamicCache()
+    from skillbank.model.decode import cache_keyword
+    cache_arg, cache = cache_keyword(decoder), DynamicCache()
     decoder(input_ids=ids[:1, :head], attention_mask=mask[:1, :head], use_cache=True, **{cache_arg: cache})
     cache.batch_repeat_interleave(rows)
     positions = torch.arange(head, width, device=ids.device).expand(rows, -1)
     return decoder(input_ids=ids[:, head:], attention_mask=mask, position_ids=positions, use_cache=True,
                    **{cache_arg: cache}).last_hidden_state  # [B, T - head, H]
-
-
-def _cache_arg(decoder) -> str:
-    """transformers renamed ``past_key_values`` to ``cache`` (5.x deprecates the old name): what this one takes."""
-    import inspect
-    return "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
 
 
 def target_logits(model, batch: dict[str, torch.Tensor], *, share_head: bool = False
