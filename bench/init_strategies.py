@@ -134,7 +134,10 @@ def main() -> None:
     neutral_name = "neutral"
     if args.neutral_size:
         from skillbank.memory import neutral
-        families, per_family = (int(n) for n in args.neutral_size.lower().split("x"))
+        try:
+            families, per_family = (int(n) for n in args.neutral_size.lower().split("x"))
+        except ValueError:
+            ap.error(f"--neutral-size takes FAMILIESxPER_FAMILY, e.g. 50x20; got {args.neutral_size!r}")
         neutral.NEUTRAL_FAMILIES, neutral.PER_FAMILY = families, per_family  # both are part of the cache key
         neutral_name = f"neutral-{families}x{per_family}"
     stream = build_builtin_stream(seed=run.stream.seed, train_per_family=run.stream.train_per_family,

@@ -125,11 +125,12 @@ def _decoder_with_head(decoder, batch: dict[str, torch.Tensor], head: int) -> to
     repeated for the others (gradients of the adapter's weights sum over the rows, as they would), then the
     rows' own tokens attend to them. Written by hand because training forwards in transformers take no shared
     prefix."""
-    ids, mask = batch["input_ids"], batch["attention_mask"]
-    rows, width = ids.shape
     from transformers import DynamicCache
 
     from skillbank.model.decode import cache_keyword
+
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    rows, width = ids.shape
     cache_arg, cache = cache_keyword(decoder), DynamicCache()
     decoder(input_ids=ids[:1, :head], attention_mask=mask[:1, :head], use_cache=True, **{cache_arg: cache})
     cache.batch_repeat_interleave(rows)
