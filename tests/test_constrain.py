@@ -411,3 +411,12 @@ def test_a_tokenizer_the_grammar_reads_wrong_is_refused_and_the_embedded_convers
     repaired = AutoTokenizer.from_pretrained(str(good_dir))
     assert repaired(text)["input_ids"] == good(text)["input_ids"]
     GrammarCache(repaired, stops=[repaired.eos_token_id], vocab_size=len(repaired))
+
+    # a cache converted by such a version before this repair existed is repaired the first time it is opened
+    from skillbank.model.embedded import EMBEDDED_TOKENIZER_DIR, TOKENIZER_CHECKED
+    cached = tmp_path / "cache" / "models" / EMBEDDED_TOKENIZER_DIR
+    shutil.copytree(embedded_tokenizer_dir(), cached, ignore=shutil.ignore_patterns(TOKENIZER_CHECKED))
+    _as_converted_by_transformers_5_17(cached / "tokenizer.json")
+    assert embedded_tokenizer_dir(tmp_path / "cache") == cached and (cached / TOKENIZER_CHECKED).exists()
+    reopened = AutoTokenizer.from_pretrained(str(cached))
+    GrammarCache(reopened, stops=[reopened.eos_token_id], vocab_size=len(reopened))

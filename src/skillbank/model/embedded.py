@@ -53,10 +53,30 @@ def tokenizer_from_gguf():
     return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
 
 
+TOKENIZER_CHECKED = ".tokenizer-byte-level"  # marker: this cached tokenizer file was checked (and repaired)
+
+
 def save_tokenizer_from_gguf(directory: Path) -> None:
     """Convert the GGUF's tokenizer into ``directory`` (Hugging Face files), in the byte-level form it has."""
     tokenizer_from_gguf().save_pretrained(directory)
     repair_byte_level_bpe(Path(directory) / "tokenizer.json")
+    (Path(directory) / TOKENIZER_CHECKED).touch()
+
+
+def checked_tokenizer(directory: Path) -> Path:
+    """``directory``, its tokenizer file repaired once if a transformers version converted it with SentencePiece
+    settings before skillbank repaired conversions (:func:`repair_byte_level_bpe`; then plans made with the
+    grammar were wrong). A marker records the check, so later opens read nothing more. Where the cache cannot be
+    written the file is left as it is, and the grammar's own check (``constrain.check_token_bytes``) refuses a
+    wrong one by name."""
+    marker = directory / TOKENIZER_CHECKED
+    if not marker.exists() and (directory / "tokenizer.json").is_file():
+        try:
+            repair_byte_level_bpe(directory / "tokenizer.json")
+            marker.touch()
+        except OSError:
+            pass
+    return directory
 
 
 def repair_byte_level_bpe(path: Path) -> bool:
@@ -89,10 +109,10 @@ def embedded_tokenizer_dir(cache_dir: str | os.PathLike | None = None) -> Path:
     models = cache_root(cache_dir) / "models"
     full = models / EMBEDDED_DIR
     if (full / "tokenizer_config.json").is_file():
-        return full
+        return checked_tokenizer(full)
     final = models / EMBEDDED_TOKENIZER_DIR
     if (final / "tokenizer_config.json").is_file():
-        return final
+        return checked_tokenizer(final)
     models.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{EMBEDDED_TOKENIZER_DIR}-", dir=models))
     tmp.chmod(0o755)
