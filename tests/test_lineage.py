@@ -109,10 +109,11 @@ def test_the_neutral_start_teaches_the_shards_target_format():
     twenty families (its first version) they spelled out each synthetic family instead."""
     from skillbank.memory import neutral
     from skillbank.model.serialization import encode
+    from skillbank.predictions import family_prefixes
     from skillbank.train.executor import common_prefix
 
     records = neutral.neutral_records()
-    prefixes = neutral.family_prefixes(records)
+    prefixes = family_prefixes(records)
     assert len(prefixes) == neutral.NEUTRAL_FAMILIES
     assert all(p.startswith("Synthetic::syn") and p.endswith("::") for p in prefixes.values())
     targets = [encode(r.graph, "compact", prefixes[r.family]) for r in records]
@@ -129,6 +130,7 @@ def test_the_neutral_start_is_built_once_and_ties_no_shard(tmp_path, base, tiny_
     from skillbank.memory import neutral
     from skillbank.memory.lineage import start_text
     from skillbank.memory.shard_files import file_digest
+    from skillbank.predictions import family_prefixes
 
     monkeypatch.setenv("SKILLBANK_CACHE", str(tmp_path / "cache"))
     records = neutral.neutral_records()
@@ -146,7 +148,7 @@ def test_the_neutral_start_is_built_once_and_ties_no_shard(tmp_path, base, tiny_
     assert any(torch.equal(v, spy_fit[k1][k]) for k, v in saved.items() if k in spy_fit[k1])
     # it was trained on the format its shards write: bare skill names, no synthetic family spelled out
     trained = json.loads((start_dir / "neutral.json").read_text())["training"]["family_prefix"]
-    assert trained == neutral.family_prefixes(records) and len(trained) == neutral.NEUTRAL_FAMILIES
+    assert trained == family_prefixes(records) and len(trained) == neutral.NEUTRAL_FAMILIES
     built = (start_dir / "adapter_model.safetensors").stat().st_mtime_ns
     second = learn(bank, small_stream, k2, init="neutral")
     assert second.lineage == first.lineage and (start_dir / "adapter_model.safetensors").stat().st_mtime_ns == built

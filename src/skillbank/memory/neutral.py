@@ -59,16 +59,6 @@ def neutral_records() -> list:
     return [recs[i] for i in range(PER_FAMILY) for recs in per_family if i < len(recs)]
 
 
-def family_prefixes(records) -> dict[str, str]:
-    """Each family's skill-id prefix, which the compact targets of a one-family shard leave out: trained with
-    these, the start writes what its shards will write (bare skill names), whatever family a record is from."""
-    from skillbank.train.executor import common_prefix
-    skills: dict[str, set[str]] = {}
-    for r in records:
-        skills.setdefault(r.family, set()).update(r.graph.tasks)
-    return {family: common_prefix(sorted(ids)) for family, ids in skills.items()}
-
-
 def ensure_neutral_start(execution, base_digest: str, cfg, *, progress: bool = True) -> tuple[Path, dict]:
     """The neutral start for this base and recipe: (its adapter directory, the lineage record of a shard that
     starts from it). Trained now if this machine has not built it yet (progress shown); a cached directory that
@@ -85,7 +75,9 @@ def ensure_neutral_start(execution, base_digest: str, cfg, *, progress: bool = T
         from skillbank.train.executor import train_executor
         base = execution.base
         try:
+            from skillbank.predictions import family_prefixes
             records = neutral_records()
+            # each family's own prefix: the start then writes what its shards will write (bare skill names)
             _, summary = train_executor(base, records, cfg, adapter_name=ADAPTER, progress=progress,
                                         family_prefix=family_prefixes(records))
             base.save_adapter(ADAPTER, staging)
@@ -116,4 +108,4 @@ def _record(directory: Path) -> dict | None:
     return meta if complete and isinstance(meta, dict) and "key" in meta else None
 
 
-__all__ = ["ensure_neutral_start", "family_prefixes", "neutral_dir", "neutral_key", "neutral_records"]
+__all__ = ["ensure_neutral_start", "neutral_dir", "neutral_key", "neutral_records"]

@@ -152,14 +152,14 @@ def target_logits(model, batch: dict[str, torch.Tensor], *, share_head: bool = F
     """
     labels = batch["labels"][:, 1:]  # [B, T-1]
     keep = labels != IGNORE_INDEX  # [B, T-1]
-    head = shared_head_length(batch) if share_head and _fast_head_ok(model) else 0
-    if head:
-        hidden = _decoder_with_head(model.get_decoder(), batch, head)  # positions head..T-1
+    if _fast_head_ok(model):
+        head = shared_head_length(batch) if share_head else 0
+        if head:
+            hidden = _decoder_with_head(model.get_decoder(), batch, head)  # positions head..T-1: [B, T-head, H]
+        else:
+            hidden = model.get_decoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                         use_cache=False).last_hidden_state  # [B, T, H]
         logits = model.get_output_embeddings()(hidden[:, :-1][keep[:, head:]])  # [N, V]
-    elif _fast_head_ok(model):
-        hidden = model.get_decoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                     use_cache=False).last_hidden_state  # [B, T, H]
-        logits = model.get_output_embeddings()(hidden[:, :-1][keep])  # [N, V]
     else:
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                        use_cache=False).logits[:, :-1][keep]  # [N, V]
