@@ -15,7 +15,10 @@
 #     stacked), whose last stage is the row to compare.
 # Banks use word statistics and the lexical Address Memory (--scope-encoder none). Every process is stopped at
 # DEADLINE_SECONDS (default 540); what finished is kept. Not part of the test suite: it needs a CUDA machine
-# (a CPU runs it too, in about a day).
+# (a CPU runs it too, in about a day). Sizing, measured on the lent H200 (2026-12-04): with fifteen processes on
+# the one GPU each needed 60-69 s to learn a family, and at 480 s the FSM banks were trained but not evaluated
+# and Progressive-LoRA had finished three stages (results/init/gpu-h200-seeds/); with seven processes
+# (scripts/gpu_init_starts.sh) a whole fresh bank was trained and evaluated inside 275 s. Run one seed per call.
 set -u
 OUT=${1:?usage: scripts/gpu_start_seeds.sh OUT [DEADLINE_SECONDS] [SEEDS]}
 DEADLINE=${2:-540}
