@@ -420,3 +420,41 @@ def test_a_tokenizer_the_grammar_reads_wrong_is_refused_and_the_embedded_convers
     assert embedded_tokenizer_dir(tmp_path / "cache") == cached and (cached / TOKENIZER_CHECKED).exists()
     reopened = AutoTokenizer.from_pretrained(str(cached))
     GrammarCache(reopened, stops=[reopened.eos_token_id], vocab_size=len(reopened))
+
+
+def test_the_token_check_takes_any_librarys_reading_and_names_the_library():
+    """The check takes any library's reading of a token: one that differs on most tokens is refused naming the
+    library, one that agrees passes."""
+    from transformers import AutoTokenizer
+
+    from skillbank.errors import ModelError
+    from skillbank.model.base import embedded_tokenizer_dir
+    from skillbank.model.constrain import check_token_bytes
+
+    tok = AutoTokenizer.from_pretrained(str(embedded_tokenizer_dir()))
+    check_token_bytes(lambda i: tok.decode([i]).encode("utf-8"), tok, library="a library")
+    with pytest.raises(ModelError, match="to a library"):
+        check_token_bytes(lambda i: tok.decode([i]).encode("utf-8") + b"!", tok, library="a library")
+
+
+def test_xgrammar_is_checked_too_and_reads_the_embedded_tokenizer_right(tmp_path, monkeypatch):
+    """xgrammar (an optional backend) is checked the same way when installed; it reads even the
+    transformers-5.17 conversion right (measured with xgrammar 0.2.9), so both files pass."""
+    pytest.importorskip("xgrammar")
+    from transformers import AutoTokenizer
+
+    from skillbank.model import constrain
+    from skillbank.model.base import embedded_tokenizer_dir
+    from skillbank.model.constrain import GrammarCache
+
+    checked = []
+    real = constrain.check_token_bytes
+    monkeypatch.setattr(constrain, "check_token_bytes",
+                        lambda *a, **k: (checked.append(k.get("library")), real(*a, **k)))
+
+    shutil.copytree(embedded_tokenizer_dir(), tmp_path / "tok")
+    _as_converted_by_transformers_5_17(tmp_path / "tok" / "tokenizer.json")
+    for directory in (embedded_tokenizer_dir(), tmp_path / "tok"):
+        t = AutoTokenizer.from_pretrained(str(directory))
+        GrammarCache(t, stops=[t.eos_token_id], vocab_size=len(t), backend="xgrammar")
+    assert checked == ["xgrammar", "xgrammar"]

@@ -501,13 +501,14 @@ class _XGrammarRow(RowMatcher):
         return "xgrammar rejected the token"
 
 
-def check_token_bytes(ll_tokenizer, tokenizer, samples: int = 512) -> None:
+def check_token_bytes(bytes_of, tokenizer, samples: int = 512, library: str = "llguidance") -> None:
     """Refuse a tokenizer that the grammar library reads differently from the tokenizer itself.
 
-    llguidance derives each token's bytes from the tokenizer file's settings; where those contradict the
+    A grammar library derives each token's bytes from the tokenizer file's settings; where those contradict the
     vocabulary (a byte-level BPE converted with SentencePiece settings by some transformers versions:
-    :func:`skillbank.model.embedded.repair_byte_level_bpe`) the masks allow the wrong tokens, and constrained
-    plans come out valid but wrong, without an error. Compares ``samples`` tokens spread over the vocabulary
+    :func:`skillbank.model.embedded.repair_byte_level_bpe`; llguidance reads such a file wrong, xgrammar 0.2.9
+    right) the masks allow the wrong tokens, and constrained plans come out valid but wrong, without an error.
+    ``bytes_of(token_id)`` is the library's reading. Compares ``samples`` tokens spread over the vocabulary
     (special tokens and tokens that are not whole characters on their own left out; a few milliseconds)."""
     special = set(getattr(tokenizer, "all_special_ids", None) or [])
     n = len(tokenizer)
@@ -519,14 +520,14 @@ def check_token_bytes(ll_tokenizer, tokenizer, samples: int = 512) -> None:
         if "\ufffd" in text:
             continue
         compared += 1
-        if ll_tokenizer.decode_bytes([i]) != text.encode("utf-8"):
+        if bytes_of(i) != text.encode("utf-8"):
             wrong.append(i)
     if compared and len(wrong) > 0.02 * compared:
         i = wrong[0]
         raise ModelError(
             f"the grammar library reads this tokenizer's tokens differently from the tokenizer itself ({len(wrong)} "
             f"of {compared} sampled tokens; token {i} is {tokenizer.decode([i])!r} to the tokenizer and "
-            f"{ll_tokenizer.decode_bytes([i])!r} to llguidance): constrained plans would be wrong. The tokenizer "
+            f"{bytes_of(i)!r} to {library}): constrained plans would be wrong. The tokenizer "
             "file's decoder or byte-fallback settings contradict its vocabulary; for the embedded base, delete "
             "the converted model under the cache's models/ folder so that it is converted again")
 
@@ -566,11 +567,14 @@ class GrammarCache:
                     self._tok = llguidance.hf.from_tokenizer(tokenizer, n_vocab=self.vocab_size, eos_token=self.stops)
                 except ValueError as exc:
                     raise ModelError(f"structured decoding needs a fast (Rust) tokenizer: {exc}") from None
-            check_token_bytes(self._tok, tokenizer)  # both paths: the llama.cpp one reads the same converted file
+            tok = self._tok  # both paths: the llama.cpp one reads the same converted file
+            check_token_bytes(lambda i: tok.decode_bytes([i]), tokenizer)
         else:
             import xgrammar
             info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size,
                                                            stop_token_ids=self.stops)
+            vocab = info.decoded_vocab
+            check_token_bytes(lambda i: bytes(vocab[i]), tokenizer, library="xgrammar")
             self._tok = xgrammar.GrammarCompiler(info, cache_enabled=False)
         self.tokenizer_seconds = time.perf_counter() - t0
 
