@@ -41,14 +41,25 @@ NOT_ACTIONS = set("be have know need want like wonder think mind try".split())
 WORD = re.compile(r"[a-z][a-z'\-]*")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tau", type=float, default=0.5, help="least cosine to a family action that counts as one")
-    args = ap.parse_args()
+def lexicon():
+    """lemminflect (its lexicon says which words can be verbs), or exit saying how to install it."""
     try:
         import lemminflect
     except ImportError:
         sys.exit("this probe needs lemminflect (not a skillbank dependency): .venv/bin/pip install lemminflect==0.2.3")
+    return lemminflect
+
+
+def skill_verbs(lemminflect, skills) -> set[str]:
+    """The verbs in skill names ("book_restaurant" -> "book")."""
+    return {v[0] for v in (lemminflect.getAllLemmas(p).get("VERB") for s in skills for p in s.split("_")) if v}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tau", type=float, default=0.5, help="least cosine to a family action that counts as one")
+    args = ap.parse_args()
+    lemminflect = lexicon()
     from skillbank.data.builtin import build_builtin_stream
     from skillbank.experiments.scope import detector_for_stream
     from skillbank.memory.selectors.embedding import get_encoder
@@ -67,8 +78,7 @@ def main() -> None:
     actions: dict[str, list[str]] = {}
     for family in stream.family_keys:
         seen = collections.Counter(action(m.intent) for m in det.read([r.request for r in stream.train[family]]))
-        for skill in stream.catalog.family(family).skills:
-            seen.update(v[0] for v in (lemminflect.getAllLemmas(p).get("VERB") for p in skill.split("_")) if v)
+        seen.update(skill_verbs(lemminflect, stream.catalog.family(family).skills))
         seen.pop(None, None)
         actions[family] = sorted(seen)
     encoder, unit = get_encoder(det.encoder), {}
@@ -94,23 +104,28 @@ def main() -> None:
     def kept(verdicts, tau):
         return float(np.mean([g and (n is None or n >= tau) for g, n in verdicts]))
 
+    report(judge, kept, "tau", (0.45, 0.5, 0.55, 0.6, 0.65, 0.7), args.tau, off=-1.0)
+
+
+def report(judge, kept, what: str, grid, chosen: float, off: float) -> None:
+    """Print the development sets' trade-off at each value of ``grid`` and the frozen test sets at ``chosen``
+    (``off``: the value at which the second test refuses nothing, the gate alone). ``judge(requests)`` gives one
+    verdict per request; ``kept(verdicts, value)`` the share kept at that value."""
     dev_in = judge([r["request"] for n in DEV_IN for r in rows(n)])
     dev_off = [r for n in DEV_OFF for r in rows(n)]
     dev_off_v = judge([r["request"] for r in dev_off])
     missing = [v for v, r in zip(dev_off_v, dev_off) if r["category"] == "missing_tool"]
-    print(f"development, gate alone: in-domain kept {kept(dev_in, -1):.1%}, off-domain refused "
-          f"{1 - kept(dev_off_v, -1):.1%}, missing-tool refused {1 - kept(missing, -1):.1%}")
-    for tau in (0.45, 0.5, 0.55, 0.6, 0.65, 0.7):
-        print(f"  tau {tau:.2f}: in-domain kept {kept(dev_in, tau):.1%}, off-domain refused "
-              f"{1 - kept(dev_off_v, tau):.1%}, missing-tool refused {1 - kept(missing, tau):.1%}")
+    for value in (off, *grid):
+        label = "gate alone" if value == off else f"{what} {value:.2f}"
+        print(f"development, {label}: in-domain kept {kept(dev_in, value):.1%}, off-domain refused "
+              f"{1 - kept(dev_off_v, value):.1%}, missing-tool refused {1 - kept(missing, value):.1%}")
     test_in = judge([r["request"] for n in TEST_IN for r in rows(n)])
     test_off = [r for n in TEST_OFF for r in rows(n)]
     test_off_v = judge([r["request"] for r in test_off])
     near = [v for v, r in zip(test_off_v, test_off) if r["category"] == "near_miss"]
-    for name, tau in (("gate alone", -1.0), (f"gate + action check at tau {args.tau}", args.tau)):
-        print(f"FROZEN TEST, {name}: in-domain kept {kept(test_in, tau):.1%}, off-domain refused "
-              f"{1 - kept(test_off_v, tau):.1%}, near misses refused {1 - kept(near, tau):.1%}")
-
+    for name, value in (("gate alone", off), (f"gate + second test at {what} {chosen}", chosen)):
+        print(f"FROZEN TEST, {name}: in-domain kept {kept(test_in, value):.1%}, off-domain refused "
+              f"{1 - kept(test_off_v, value):.1%}, near misses refused {1 - kept(near, value):.1%}")
 
 if __name__ == "__main__":
     main()

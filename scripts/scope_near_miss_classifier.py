@@ -28,8 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scope import DEV_IN, DEV_OFF, TEST_IN, TEST_OFF, rows  # noqa: E402
-from scope_action_verbs import FILLERS, NOT_ACTIONS, WORD  # noqa: E402
+from scope_action_verbs import FILLERS, NOT_ACTIONS, WORD, lexicon, report, skill_verbs  # noqa: E402
 
 SUBJECTS = {"i", "we", "my", "the", "a"}  # skipped when looking for a template's verb ("I need you to ...")
 
@@ -38,10 +37,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--min-p", type=float, default=0.35, help="least in-family probability a kept request needs")
     args = ap.parse_args()
-    try:
-        import lemminflect
-    except ImportError:
-        sys.exit("this probe needs lemminflect (not a skillbank dependency): .venv/bin/pip install lemminflect==0.2.3")
+    lemminflect = lexicon()
     from sklearn.linear_model import LogisticRegression
 
     from skillbank.data.builtin import build_builtin_stream
@@ -66,9 +62,7 @@ def main() -> None:
     for family in stream.family_keys:
         requests = [r.request for r in stream.train[family]]
         spans = [verb_span(r) for r in requests]
-        used = {s[2] for s in spans if s}
-        for skill in stream.catalog.family(family).skills:
-            used.update(v[0] for v in (lemminflect.getAllLemmas(p).get("VERB") for p in skill.split("_")) if v)
+        used = {s[2] for s in spans if s} | skill_verbs(lemminflect, stream.catalog.family(family).skills)
         pool = [v for v in VERBS if v not in used]
         negatives = []
         for request, span in zip(requests, spans):
@@ -90,21 +84,7 @@ def main() -> None:
     def kept(verdicts, min_p):
         return float(np.mean([g and p >= min_p for g, p in verdicts]))
 
-    dev_in = judge([r["request"] for n in DEV_IN for r in rows(n)])
-    dev_off = [r for n in DEV_OFF for r in rows(n)]
-    dev_off_v = judge([r["request"] for r in dev_off])
-    missing = [v for v, r in zip(dev_off_v, dev_off) if r["category"] == "missing_tool"]
-    for min_p in (0.0, 0.3, 0.35, 0.4, 0.45, 0.5):
-        print(f"development, min p {min_p:.2f}: in-domain kept {kept(dev_in, min_p):.1%}, off-domain refused "
-              f"{1 - kept(dev_off_v, min_p):.1%}, missing-tool refused {1 - kept(missing, min_p):.1%}")
-    test_in = judge([r["request"] for n in TEST_IN for r in rows(n)])
-    test_off = [r for n in TEST_OFF for r in rows(n)]
-    test_off_v = judge([r["request"] for r in test_off])
-    near = [v for v, r in zip(test_off_v, test_off) if r["category"] == "near_miss"]
-    for name, min_p in (("gate alone", 0.0), (f"gate + classifier at {args.min_p}", args.min_p)):
-        print(f"FROZEN TEST, {name}: in-domain kept {kept(test_in, min_p):.1%}, off-domain refused "
-              f"{1 - kept(test_off_v, min_p):.1%}, near misses refused {1 - kept(near, min_p):.1%}")
-
+    report(judge, kept, "min p", (0.3, 0.35, 0.4, 0.45, 0.5), args.min_p, off=0.0)
 
 if __name__ == "__main__":
     main()
