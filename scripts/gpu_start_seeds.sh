@@ -19,6 +19,9 @@
 # the one GPU each needed 60-69 s to learn a family, and at 480 s the FSM banks were trained but not evaluated
 # and Progressive-LoRA had finished three stages (results/init/gpu-h200-seeds/); with seven processes
 # (scripts/gpu_init_starts.sh) a whole fresh bank was trained and evaluated inside 275 s. Run one seed per call.
+# The banks (~30 MB a shard) are too large to bring back from a lent machine; keep the figures only, e.g.
+#   scripts/gpu_start_seeds.sh /root/gss 420 "1"; cd /root/gss && find . \( -name '*.json' -o -name '*.log' \) \
+#       -not -path '*banks-*' | tar czf "$OUT/gss.tgz" -T -
 set -u
 OUT=${1:?usage: scripts/gpu_start_seeds.sh OUT [DEADLINE_SECONDS] [SEEDS]}
 DEADLINE=${2:-540}
