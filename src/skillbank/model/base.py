@@ -40,7 +40,8 @@ from skillbank.errors import ModelError
 from skillbank.model.threads import default_threads  # noqa: F401 - re-exported
 from skillbank.model.embedded import (  # noqa: F401 - the embedded model's files, kept free of torch
     EMBEDDED, EMBEDDED_DIR, EMBEDDED_GGUF, EMBEDDED_TOKENIZER_DIR, IDENTITY_FILE, embedded_gguf_path,
-    TOKENIZER_CHECKED, checked_tokenizer, embedded_tokenizer_dir, publish_dir, save_tokenizer_from_gguf)
+    TOKENIZER_CHECKED, checked_tokenizer, embedded_tokenizer_dir, publish_dir, repair_tokenizer_dir,
+    save_tokenizer_from_gguf)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -308,8 +309,8 @@ def ensure_embedded(cache_dir: str | os.PathLike | None = None, *, progress: boo
         if (tok_dir / "tokenizer_config.json").is_file():  # converted already for a tiny test model
             from transformers import AutoTokenizer
 
-            AutoTokenizer.from_pretrained(str(checked_tokenizer(tok_dir))).save_pretrained(tmp)
-            (tmp / TOKENIZER_CHECKED).touch()
+            AutoTokenizer.from_pretrained(str(tok_dir)).save_pretrained(tmp)
+            repair_tokenizer_dir(tmp)  # the copy itself, even where tok_dir could not be repaired in place
         else:
             save_tokenizer_from_gguf(tmp)
         identity = {"digest": checkpoint_digest(sorted(tmp.glob("*.safetensors"))), "dtype": "float32",

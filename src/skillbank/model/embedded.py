@@ -59,8 +59,14 @@ TOKENIZER_CHECKED = ".tokenizer-byte-level"  # marker: this cached tokenizer fil
 def save_tokenizer_from_gguf(directory: Path) -> None:
     """Convert the GGUF's tokenizer into ``directory`` (Hugging Face files), in the byte-level form it has."""
     tokenizer_from_gguf().save_pretrained(directory)
-    repair_byte_level_bpe(Path(directory) / "tokenizer.json")
-    (Path(directory) / TOKENIZER_CHECKED).touch()
+    repair_tokenizer_dir(Path(directory))
+
+
+def repair_tokenizer_dir(directory: Path) -> None:
+    """Repair ``directory``'s tokenizer file where it needs it (:func:`repair_byte_level_bpe`) and leave the
+    marker that says it was checked."""
+    repair_byte_level_bpe(directory / "tokenizer.json")
+    (directory / TOKENIZER_CHECKED).touch()
 
 
 def checked_tokenizer(directory: Path) -> Path:
@@ -72,8 +78,7 @@ def checked_tokenizer(directory: Path) -> Path:
     marker = directory / TOKENIZER_CHECKED
     if not marker.exists() and (directory / "tokenizer.json").is_file():
         try:
-            repair_byte_level_bpe(directory / "tokenizer.json")
-            marker.touch()
+            repair_tokenizer_dir(directory)
         except OSError:
             pass
     return directory
