@@ -377,3 +377,15 @@ def parse_graph(text: str | None) -> ParseResult:
         return ParseResult(TaskGraph.from_dict(obj))
     except GraphError as exc:
         return ParseResult(None, str(exc))
+
+
+def literal_values(graph: TaskGraph) -> list[str]:
+    """The graph's argument values that are not ``<node-j>`` references, in node order."""
+    return [a.value for n in graph.nodes for a in n.arguments if not NODE_REF.match(a.value)]
+
+
+def values_copied(pairs) -> bool:
+    """True when every literal value of every (request, graph) pair occurs verbatim in its request: records of a
+    family written this way can be planned with copy-constrained values (a misspelt copy cannot be written)."""
+    return all(v in request for request, graph in pairs for v in literal_values(graph))
+

@@ -245,7 +245,7 @@ class Planner:
 
     # -- all four, in this process ------------------------------------------------------------------
     def plan(self, requests: Sequence[str] | str, *, shard: str | None = None, batch_size: int = 8,
-             max_new_tokens: int | None = None, constrain: bool = True, copy_values: bool = False,
+             max_new_tokens: int | None = None, constrain: bool = True, copy_values: bool | None = None,
              scope: bool = True, explain: bool = False) -> list[Plan]:
         """Check, decide, generate with the bank's Execution Memory, settle (see ``SkillBank.plan``). With
         ``scope=False`` every request is generated, and one no family covers is still flagged ``out_of_scope``."""

@@ -64,10 +64,12 @@ def info(bank: Path = typer.Argument(..., help="The bank."), as_json: bool = typ
                      if scope and set(scope["families"]) == {s["name"] for s in data["shards"]} else
                      "off (`skillbank scope fit` adds it)"))
         table = Table()
-        for col in ("#", "shard", "skills", "format", "examples", "train s", "created"):
+        for col in ("#", "shard", "skills", "format", "values", "examples", "train s", "created"):
             table.add_column(col)
         for i, sh in enumerate(data["shards"], 1):
-            table.add_row(str(i), sh["name"], str(sh["skills"]), sh["target_format"], str(sh["train_examples"]),
+            # values: "copied" - plans copy argument values from the request, as every training record did
+            table.add_row(str(i), sh["name"], str(sh["skills"]), sh["target_format"],
+                          "copied" if sh.get("values_copied") else "free", str(sh["train_examples"]),
                           f"{sh['train_seconds'] or 0:.0f}", sh["created"])
         out.print(table)
         for sh in data["shards"]:  # lines, not a column: a narrow table would cut the names

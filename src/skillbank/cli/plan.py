@@ -119,8 +119,10 @@ def plan(
     batch_size: int = typer.Option(8, help="Requests generated together."),
     constrain: bool = typer.Option(True, "--constrain/--no-constrain",
                                    help="Decode with each shard's grammar (only its skills and arguments)."),
-    copy_values: bool = typer.Option(False, "--copy-values",
-                                     help="Literal argument values must be substrings of the request."),
+    copy_values: Optional[bool] = typer.Option(None, "--copy-values/--no-copy-values",
+                                               help="Literal argument values must be substrings of the request. "
+                                               "Default: for the shards whose training records all copied their "
+                                               "values from the request (`skillbank info` says which)."),
     scope: bool = typer.Option(True, "--scope/--no-scope",
                                help="A request no learned family covers gets no plan (out_of_scope, reason)."),
     explain: bool = typer.Option(False, "--explain", help="Add \"explain\": the scope margin, the top families "
@@ -144,7 +146,7 @@ def plan(
     plans = None
     if not local:
         plans = _plan_by_service(bank, server, requests, shard=shard, max_new_tokens=max_new_tokens, explain=explain,
-                                 settings_default=constrain and scope and not copy_values)
+                                 settings_default=constrain and scope and copy_values is None)
     if plans is None:
         sb = SkillBank.open(bank, engine=engine)
         plans = [p.to_dict() for p in sb.plan(requests, shard=shard, batch_size=batch_size,

@@ -18,18 +18,14 @@ from pathlib import Path
 from typing import Sequence
 
 from skillbank.data.records import Record
-from skillbank.graph import NODE_REF, TaskGraph
+from skillbank.graph import TaskGraph, literal_values
 from skillbank.metrics import FAILURE_KINDS, failure_kind, score_example
 from skillbank.experiments.provenance import write_provenance
 from skillbank.report.decoding import plot, render_markdown
 
 
-MODES = {"free": {"constrain": False}, "constrained": {"constrain": True},
+MODES = {"free": {"constrain": False}, "constrained": {"constrain": True, "copy_values": False},
          "copy": {"constrain": True, "copy_values": True}}
-
-
-def literal_values(graph: TaskGraph) -> list[str]:
-    return [a.value for n in graph.nodes for a in n.arguments if not NODE_REF.match(a.value)]
 
 
 def copy_coverage(records: Sequence[Record]) -> dict:

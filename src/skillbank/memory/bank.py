@@ -32,6 +32,7 @@ import numpy as np
 from skillbank.data.catalog import check_disjoint
 from skillbank.data.records import Record
 from skillbank.errors import BankError, RecordError, SelectorError
+from skillbank.graph import values_copied
 from skillbank.jsonfile import read_json
 from skillbank.memory.address import HashingNBAddress, Selector, load_selector, make_selector
 from skillbank.memory.lineage import descendants as lineage_descendants
@@ -75,6 +76,9 @@ class ShardEntry:
     #: where the shard's training started (skillbank.memory.lineage): {"init": "fresh"} or {"init": "shard",
     #: "from": NAME, "digest": the start's adapter weights digest then}; manifests without it read as fresh
     lineage: dict = field(default_factory=fresh)
+    #: every literal argument value of the training graphs occurs verbatim in its request: plans copy values by
+    #: default (copy-constrained grammar, ``plan(copy_values=None)``); False for banks made before it was recorded
+    values_copied: bool = False
 
 
 @dataclass
@@ -474,7 +478,8 @@ class SkillBank:
             entry = ShardEntry(name=family, dir=shard_rel, skills=declared, family_prefix=prefix,
                                target_format=cfg.target_format, system_prompt=cfg.system_prompt, digests=digests,
                                created=time.strftime("%Y-%m-%dT%H:%M:%S"), training=summary,
-                               lineage=lineage or fresh())
+                               lineage=lineage or fresh(),
+                               values_copied=values_copied((r.request, r.graph) for r in records))
         shards = ([entry if e.name == family else e for e in self.manifest.shards if e.name not in drop]
                   if old_entry is not None else self.manifest.shards + [entry])
         dropped = [e for e in self.manifest.shards if e.name in drop]
@@ -564,13 +569,15 @@ class SkillBank:
         return verdicts
 
     def plan(self, requests: Sequence[str] | str, *, shard: str | None = None, batch_size: int = 8,
-             max_new_tokens: int | None = None, constrain: bool = True, copy_values: bool = False,
+             max_new_tokens: int | None = None, constrain: bool = True, copy_values: bool | None = None,
              scope: bool = True, explain: bool = False) -> list["Plan"]:
         """Route each request (or force ``shard``) and generate its task graph with that one executor
         (:class:`~skillbank.planner.Planner`, the one planning path).
 
         constrain: decode with the shard's grammar (its own skills and declared arguments only; default);
-        copy_values: literal argument values must also be substrings of the request;
+        copy_values: literal argument values must also be substrings of the request; None (default): for the
+            shards whose training graphs all copied their values from the request (``ShardEntry.values_copied``,
+            recorded by ``learn``), not for the others;
         scope: a request no learned family covers gets no plan (``out_of_scope`` with a ``reason``) and
             is not generated - nor is the base model loaded for it; off when ``shard`` is forced;
         explain: each plan carries ``explain`` (see :class:`~skillbank.planner.Plan`)."""
@@ -799,7 +806,7 @@ def bank_info(path: str | Path, *, verify: bool = False) -> dict:
             "shards": [{"name": s.name, "dir": s.dir, "skills": len(s.skills), "family_prefix": s.family_prefix,
                         "target_format": s.target_format, "created": s.created,
                         "train_examples": s.training.get("examples"), "train_seconds": s.training.get("wall_seconds"),
-                        "lineage": lineage_of(s, manifest.shards)}
+                        "lineage": lineage_of(s, manifest.shards), "values_copied": s.values_copied}
                        for s in manifest.shards],
             "orphans": [str(p.relative_to(root)) for p in orphans]}
 

@@ -254,11 +254,12 @@ class ExecutionMemory:
 
     def generate(self, requests: Sequence[str], shards: Sequence[str], *, batch_size: int = 8,
                  max_new_tokens: int | None = None, progress: bool = False, constrain: bool = True,
-                 copy_values: bool = False) -> list[ShardOutput]:
+                 copy_values: bool | None = None) -> list[ShardOutput]:
         """Generate request ``i`` with shard ``shards[i]``; outputs in input order.
 
         constrain: decode with each shard's grammar (default); copy_values: literal argument values must also
-        be substrings of the request (opt-in)."""
+        be substrings of the request (None: where the shard's training graphs all copied theirs,
+        ``ShardEntry.values_copied``)."""
         if len(requests) != len(shards):
             raise BankError(f"got {len(requests)} requests but {len(shards)} shard names")
         groups: dict[str, list[int]] = defaultdict(list)
@@ -271,7 +272,8 @@ class ExecutionMemory:
             entry = self.shards[name]
             grammars = None
             if constrain:
-                grammars = [self.grammar(name, requests[i] if copy_values else None) for i in idx]
+                copy = copies_values(entry, copy_values)
+                grammars = [self.grammar(name, requests[i] if copy else None) for i in idx]
             model = self.activate(name)
             if grammars:
                 self.grammar_cache()  # bound the shared cache now: generation below compiles into it
@@ -348,6 +350,11 @@ def prompt_length_problems(tokenizer, limit: int, entries, requests: Sequence[st
     return problems
 
 
+def copies_values(entry, copy_values: bool | None) -> bool:
+    """Whether a shard's plans copy-constrain their values: as asked, else as its training graphs did."""
+    return bool(getattr(entry, "values_copied", False)) if copy_values is None else copy_values
+
+
 def kept_grammar(grammars, key, entry, skills_path: Path | None, copy_from: str | None = None):
     """A shard's grammar, built once into ``grammars`` under ``key`` from its ``skills.json`` (per request when
     values are copy-constrained). Both engines keep their grammars with it."""
@@ -401,7 +408,8 @@ class ShardOutputCache:
             t0 = time.perf_counter()
             outs = self.execution.generate([r for _, r in missing], [s for s, _ in missing],
                                            batch_size=self.batch_size, max_new_tokens=self.max_new_tokens,
-                                           progress=say is not None, constrain=self.constrain)
+                                           progress=say is not None, constrain=self.constrain,
+                                           copy_values=False)  # the harness decodes every method alike
             self.generate_seconds += time.perf_counter() - t0
             self.outputs.update(zip(missing, outs))
         return [self.outputs[p] for p in pairs]

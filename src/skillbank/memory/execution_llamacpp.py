@@ -38,7 +38,8 @@ from cachetools import LRUCache
 
 from skillbank.cache import cache_root
 from skillbank.errors import BankError, ModelError
-from skillbank.memory.execution import ShardOutput, grammars_kept, kept_grammar, prompt_length_problems
+from skillbank.memory.execution import (ShardOutput, copies_values, grammars_kept, kept_grammar,
+                                       prompt_length_problems)
 from skillbank.memory.shard_files import shard_file_problems
 from skillbank.model.embedded import EMBEDDED, embedded_gguf_path, embedded_identity, embedded_tokenizer_dir
 from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS, GenerationStats
@@ -263,7 +264,7 @@ class LlamaCppExecution:
 
     def generate(self, requests: Sequence[str], shards: Sequence[str], *, batch_size: int = 8,
                  max_new_tokens: int | None = None, progress: bool = False, constrain: bool = True,
-                 copy_values: bool = False) -> list[ShardOutput]:
+                 copy_values: bool | None = None) -> list[ShardOutput]:
         """Generate request ``i`` with shard ``shards[i]``; outputs in input order. Requests are grouped by shard
         (llama.cpp applies one set of adapters per forward pass); a group decodes up to ``batch_size`` rows per
         pass (:meth:`~skillbank.model.llamacpp.LlamaCppDecoder.decode_many`), a lone request alone, reusing the
@@ -291,7 +292,8 @@ class LlamaCppExecution:
             decoder, adapter = serving
             matchers = [None] * len(idx)
             if constrain:
-                matchers = [self.grammars_compiled.matcher(self.grammar(name, entry, requests[i] if copy_values else None))
+                copy = copies_values(entry, copy_values)
+                matchers = [self.grammars_compiled.matcher(self.grammar(name, entry, requests[i] if copy else None))
                             for i in idx]
             prompts = [prompt_ids(self.tokenizer, requests[i], entry.system_prompt) for i in idx]
             if len(idx) == 1 or batch_size == 1:

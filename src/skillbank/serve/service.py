@@ -269,7 +269,7 @@ class Service:
             rule = grammar
             if rule is None and cfg.constrain and q.shard not in broken:
                 try:
-                    rule = snap.grammar(q.shard)  # a shard whose skills.json is unreadable fails here, alone
+                    rule = snap.grammar(q.shard, q.request)  # a shard whose skills.json is unreadable fails here, alone
                 except SkillbankError as exc:
                     broken[q.shard] = shard_failure(q.shard, exc, snap.bank.root)
             if q.shard in broken:

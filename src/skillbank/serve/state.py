@@ -51,8 +51,10 @@ class Snapshot:
             raise BankError(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
         self.verified.add(name)  # set.add is atomic under the GIL; a race only hashes a shard twice
 
-    def grammar(self, name: str):
-        """The shard's grammar (constrained decoding), built from its skills.json and kept while recently used."""
+    def grammar(self, name: str, request: str | None = None):
+        """The shard's grammar (constrained decoding), built from its skills.json and kept while recently used;
+        for ``request``, values copy-constrained to it where the shard's training graphs copied theirs
+        (``ShardEntry.values_copied``, as ``SkillBank.plan`` does by default)."""
         with self._grammar_lock:
             grammar = self.grammars.get(name)
         if grammar is None:
@@ -61,6 +63,9 @@ class Snapshot:
             grammar = shard_grammar(entry, self.catalogs.get(name), str(self.bank.root / entry.dir / "skills.json"))
             with self._grammar_lock:
                 self.grammars[name] = grammar
+        if request is not None and self.entry(name).values_copied:
+            from skillbank.model.constrain import build_grammar
+            return build_grammar(grammar.skills, grammar.fmt, grammar.prefix, copy_from=request)
         return grammar
 
     @property
