@@ -7,6 +7,9 @@ import dataclasses
 import json
 
 import pytest
+from typer.testing import CliRunner
+
+from skillbank.cli import app
 
 from skillbank.graph import TaskGraph, literal_values, values_copied
 from skillbank.memory.bank import SkillBank, bank_info, read_manifest
@@ -55,6 +58,8 @@ def test_learn_records_whether_values_are_copied_and_plans_follow_it(bank_two_fa
     entries = {e.name: e for e in read_manifest(bank.root).shards}
     assert entries[k1].values_copied is True and entries[k2].values_copied is False
     assert {s["name"]: s["values_copied"] for s in bank_info(bank.root)["shards"]} == {k1: True, k2: False}
+    shown = CliRunner().invoke(app, ["info", str(bank.root)], catch_exceptions=False)
+    assert f"values copied from the request (every training record did): {k1}\n" in shown.stdout
 
     asked = []
     real = ExecutionMemory.grammar

@@ -64,14 +64,16 @@ def info(bank: Path = typer.Argument(..., help="The bank."), as_json: bool = typ
                      if scope and set(scope["families"]) == {s["name"] for s in data["shards"]} else
                      "off (`skillbank scope fit` adds it)"))
         table = Table()
-        for col in ("#", "shard", "skills", "format", "values", "examples", "train s", "created"):
+        for col in ("#", "shard", "skills", "format", "examples", "train s", "created"):
             table.add_column(col)
         for i, sh in enumerate(data["shards"], 1):
-            # values: "copied" - plans copy argument values from the request, as every training record did
-            table.add_row(str(i), sh["name"], str(sh["skills"]), sh["target_format"],
-                          "copied" if sh.get("values_copied") else "free", str(sh["train_examples"]),
+            table.add_row(str(i), sh["name"], str(sh["skills"]), sh["target_format"], str(sh["train_examples"]),
                           f"{sh['train_seconds'] or 0:.0f}", sh["created"])
         out.print(table)
+        copied = [sh["name"] for sh in data["shards"] if sh.get("values_copied")]
+        if copied:  # a line, not a column: a narrow table would cut the names
+            out.print(f"values copied from the request (every training record did): {', '.join(copied)}",
+                      highlight=False)
         for sh in data["shards"]:  # lines, not a column: a narrow table would cut the names
             if sh["lineage"].get("init") == "shard":
                 out.print(f"{sh['name']} started {start_text(sh['lineage'])}", highlight=False)
