@@ -388,4 +388,3 @@ def values_copied(pairs) -> bool:
     """True when every literal value of every (request, graph) pair occurs verbatim in its request: records of a
     family written this way can be planned with copy-constrained values (a misspelt copy cannot be written)."""
     return all(v in request for request, graph in pairs for v in literal_values(graph))
-
