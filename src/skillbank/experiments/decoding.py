@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from skillbank.data.records import Record
-from skillbank.graph import TaskGraph, literal_values
+from skillbank.graph import TaskGraph, literal_values, values_copied
 from skillbank.metrics import FAILURE_KINDS, failure_kind, score_example
 from skillbank.experiments.provenance import write_provenance
 from skillbank.report.decoding import plot, render_markdown
@@ -31,7 +31,7 @@ MODES = {"free": {"constrain": False}, "constrained": {"constrain": True, "copy_
 def copy_coverage(records: Sequence[Record]) -> dict:
     """How many gold graphs have every literal argument value as a substring of their request - the graphs
     copy-constrained decoding can reproduce at all."""
-    ok = sum(all(v in r.request for v in literal_values(r.graph)) for r in records)
+    ok = sum(values_copied([(r.request, r.graph)]) for r in records)
     values = [(v, r.request) for r in records for v in literal_values(r.graph)]
     return {"records": len(records), "records_all_copied": ok,
             "values": len(values), "values_copied": sum(v in req for v, req in values)}

@@ -352,7 +352,13 @@ def prompt_length_problems(tokenizer, limit: int, entries, requests: Sequence[st
 
 def copies_values(entry, copy_values: bool | None) -> bool:
     """Whether a shard's plans copy-constrain their values: as asked, else as its training graphs did."""
-    return bool(getattr(entry, "values_copied", False)) if copy_values is None else copy_values
+    return entry.values_copied if copy_values is None else copy_values
+
+
+def with_copied_values(grammar, request: str):
+    """A shard's grammar with literal values restricted to substrings of ``request`` (built per request)."""
+    from skillbank.model.constrain import build_grammar
+    return build_grammar(grammar.skills, grammar.fmt, grammar.prefix, copy_from=request)
 
 
 def kept_grammar(grammars, key, entry, skills_path: Path | None, copy_from: str | None = None):
@@ -361,10 +367,7 @@ def kept_grammar(grammars, key, entry, skills_path: Path | None, copy_from: str 
     if key not in grammars:
         grammars[key] = shard_grammar(entry, read_skills_json(skills_path), str(skills_path))
     grammar = grammars[key]
-    if copy_from is None:
-        return grammar
-    from skillbank.model.constrain import build_grammar
-    return build_grammar(grammar.skills, grammar.fmt, grammar.prefix, copy_from=copy_from)
+    return grammar if copy_from is None else with_copied_values(grammar, copy_from)
 
 
 def shard_grammar(entry, skills_json: dict | None, where: str):

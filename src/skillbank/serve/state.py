@@ -20,7 +20,7 @@ from cachetools import LRUCache
 
 from skillbank.errors import BankError, SkillbankError
 from skillbank.memory.address import load_selector
-from skillbank.memory.execution import GRAMMARS_KEPT, grammars_kept
+from skillbank.memory.execution import GRAMMARS_KEPT, copies_values, grammars_kept, with_copied_values
 from skillbank.memory.bank import Manifest, ShardEntry, SkillBank, load_scope, read_manifest, verify_shards
 from skillbank.memory.shard_files import shard_file_problems
 
@@ -63,9 +63,8 @@ class Snapshot:
             grammar = shard_grammar(entry, self.catalogs.get(name), str(self.bank.root / entry.dir / "skills.json"))
             with self._grammar_lock:
                 self.grammars[name] = grammar
-        if request is not None and self.entry(name).values_copied:
-            from skillbank.model.constrain import build_grammar
-            return build_grammar(grammar.skills, grammar.fmt, grammar.prefix, copy_from=request)
+        if request is not None and copies_values(self.entry(name), None):
+            return with_copied_values(grammar, request)
         return grammar
 
     @property
