@@ -511,3 +511,58 @@ def test_a_parallel_fsm_worker_killed_inside_its_training_continues_from_its_che
     assert not checkpoint.exists()
     clean, resumed = ((tmp_path / d / family / "adapter_model.safetensors").read_bytes() for d in ("clean", "killed"))
     assert resumed == clean
+
+
+def _extra_file(path, families, per_family=2):
+    """A small set of hand-written requests (tests/fixtures/paraphrase_builtin.jsonl) of ``families``."""
+    from pathlib import Path
+    rows = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "paraphrase_builtin.jsonl")
+            .read_text().splitlines() if line.strip()]
+    picked = [r for f in families for r in [r for r in rows if r["family"] == f][:per_family]]
+    path.write_text("".join(json.dumps(r) + "\n" for r in picked))
+    return path
+
+
+def test_extra_sets_are_evaluated_after_the_last_stage_and_added_later_without_training(tmp_path, tiny_model_dir):
+    from skillbank.data.builtin import build_builtin_stream
+    keys = build_builtin_stream(seed=0, train_per_family=4, test_per_family=2).family_keys
+    # T4's requests are of a family this three-stage order never learns: not counted
+    first = _extra_file(tmp_path / "hand.jsonl", [keys[0], keys[2], keys[3]])
+    out = tmp_path / "run"
+    record = run(tiny_config(tiny_model_dir, ["sft", "fsm"], eval={"orders": [ORDER], "max_new_tokens": 6,
+                                                                  "batch_size": 4, "extra_sets": [str(first)]}),
+                 out, progress=False)
+    fsm = record["methods"]["fsm"][ORDER]["extra"]["hand"]
+    assert set(fsm["variants"]) == {"fsm", "oracle"}
+    assert fsm["variants"]["fsm"]["n"] == 4 and set(fsm["variants"]["fsm"]["tasks"]) == {keys[0], keys[2]}
+    assert fsm["variants"]["fsm"]["route_accuracy"] is not None
+    assert "sft" in record["methods"]["sft"][ORDER]["extra"]["hand"]["variants"]
+    lines = (out / "methods" / "fsm" / ORDER / "extra-hand.predictions.jsonl").read_text().splitlines()
+    assert len(lines) == 8  # 4 requests x 2 variants
+    assert "## Requests written elsewhere" in (out / "report.md").read_text()
+    assert "| hand (n=4) |" in (out / "report.md").read_text()
+
+    # a second set added to the finished run: evaluated from the saved last state, nothing trained again
+    second = _extra_file(tmp_path / "more.jsonl", [keys[1]], per_family=3)
+    messages = []
+    again = run(tiny_config(tiny_model_dir, ["sft", "fsm"], eval={"orders": [ORDER], "max_new_tokens": 6,
+                                                                 "batch_size": 4, "extra_sets": [str(first), str(second)]}),
+                out, say=messages.append, progress=False)
+    assert not any("learning" in m for m in messages)
+    assert any("evaluating 3 requests of more" in m for m in messages)
+    assert not any("requests of hand" in m for m in messages)  # its digest did not change
+    extra = again["methods"]["fsm"][ORDER]["extra"]
+    assert extra["hand"] == fsm and extra["more"]["variants"]["oracle"]["n"] == 3
+
+
+def test_extra_sets_are_checked_before_anything_trains(tmp_path, tiny_model_dir):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "x", "family": "t9_nowhere", "request": "do it", "graph": {
+        "task_nodes": [{"task": "Builtin::t1_daily_life::set_alarm", "arguments": [{"name": "time", "value": "6"}]}],
+        "task_links": []}}) + "\n")
+    for path, message in ((bad, "t9_nowhere"), (tmp_path / "absent.jsonl", "is not a file")):
+        cfg = tiny_config(tiny_model_dir, ["sft"], eval={"orders": [ORDER], "max_new_tokens": 6, "batch_size": 4,
+                                                         "extra_sets": [str(path)]})
+        with pytest.raises(ConfigError, match=message):
+            run(cfg, tmp_path / "run", progress=False)
+        assert not list((tmp_path / "run" / "methods").glob("*/*/stage-01/train.json"))

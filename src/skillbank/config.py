@@ -105,6 +105,12 @@ class EvalSettings(_Strict):
     split: Literal["test", "validation"] = Field("test", description="which requests each stage is evaluated on: "
                                                  "the held-out test set, or the validation split carved from the "
                                                  "training requests ([stream] validation_per_family), for tuning")
+    extra_sets: list[str] = Field(default_factory=list, description=(
+        "JSONL record files of the stream's families written elsewhere (by hand, or real traffic), a path relative "
+        "to the current directory; every method is also evaluated on each after its last stage, routed as on the "
+        "held-out requests. Template held-out EM says how well a method learned its stream; these say how it "
+        "meets requests phrased as people phrase them. Outside a run's identity: adding a set to a finished run "
+        "evaluates only that set"))
 
     @field_validator("orders")
     @classmethod

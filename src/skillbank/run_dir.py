@@ -106,6 +106,9 @@ def collect_method_order(odir: Path, order: list[str]) -> dict:
         em: AccuracyMatrix = d["em"]
         out["variants"][v] = {"em": em.to_dict(), "final": d["stages"][-1]["tasks"], "summary": _summary(em, d["stages"]),
                               "macro_per_stage": [em.macro(s) for s in range(1, done + 1)]}
+    extra = odir / "extra.json"  # sets written elsewhere, evaluated after the last stage (continual/runner.py)
+    if done == len(order) and extra.is_file():
+        out["extra"] = json.loads(extra.read_text())
     probe = stage_dir(odir, done) / "address.json"
     if done == len(order) and probe.is_file():
         # the final checkpoint re-evaluated with the correct skill address (``skillbank exp reactivate``): one

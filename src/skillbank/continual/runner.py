@@ -167,11 +167,15 @@ class OutputCache:
 # -- evaluation of one stage -------------------------------------------------------------------------
 def evaluate_stage(method, t: int, seen: Sequence[str], stream: Stream, cache: OutputCache,
                    say: Say | None = None, progress: bool = False, keep_predictions: bool = False,
-                   variants: Callable[[list[Record]], dict] | None = None, split: str = "test") -> dict:
+                   variants: Callable[[list[Record]], dict] | None = None, split: str = "test",
+                   records: dict[str, list[Record]] | None = None) -> dict:
     """Every variant's metrics on every seen task after stage ``t`` (and per-request predictions if asked).
     ``variants`` replaces the method's own queries (``tests -> {variant: queries}``), e.g. for a probe.
-    ``split``: the held-out ``test`` requests, or the ``validation`` split carved from training (tuning)."""
-    records = stream.split(split)
+    ``split``: the held-out ``test`` requests, or the ``validation`` split carved from training (tuning).
+    ``records``: other requests per family instead of a split (an extra set; a family may have none)."""
+    if records is None:
+        records = stream.split(split)
+    seen = [k for k in seen if records.get(k)]
     tests: list[Record] = [r for k in seen for r in records[k]]
     variants = method.queries(t, tests) if variants is None else variants(tests)
     flat = [q for qs in variants.values() for q in qs]
@@ -209,6 +213,78 @@ def evaluate_stage(method, t: int, seen: Sequence[str], stream: Stream, cache: O
     return result
 
 
+# -- sets written elsewhere, evaluated after the last stage ----------------------------------------------
+EXTRA_RESULTS = "extra.json"  # in a method-order directory: {set name: {path, digest, variants}}
+
+
+def load_extra_sets(paths: Sequence[str], stream: Stream) -> dict[str, tuple[str, dict[str, list[Record]]]]:
+    """Each ``[eval] extra_sets`` file read and checked before anything trains: set name (the file's stem) ->
+    (content digest, records per family). A bad line, a skill the stream's catalog lacks or a family the stream
+    does not have is an error naming the file and line."""
+    from skillbank.data.records import read_records
+
+    sets: dict[str, tuple[str, dict[str, list[Record]]]] = {}
+    for raw in paths:
+        path = Path(raw)
+        if not path.is_file():
+            raise ConfigError(f"[eval] extra_sets: {path} is not a file (paths are relative to {Path.cwd()})")
+        if path.stem in sets:
+            raise ConfigError(f"[eval] extra_sets: two files named {path.stem!r}; sets are reported by file name")
+        records = read_records(path, stream.catalog).records
+        if not records:
+            raise ConfigError(f"[eval] extra_sets: {path} holds no records")
+        by_family: dict[str, list[Record]] = {}
+        for line, r in enumerate(records, 1):
+            if r.family not in stream.catalog.family_keys:
+                raise ConfigError(f"{path}: record {r.id!r} (record {line}) is of family {r.family!r}, which the "
+                                  f"stream does not have ({', '.join(stream.catalog.family_keys)})")
+            by_family.setdefault(r.family, []).append(r)
+        sets[path.stem] = (hashlib.sha256(path.read_bytes()).hexdigest()[:16], by_family)
+    return sets
+
+
+def _extra_summary(ev: dict, records: dict[str, list[Record]]) -> dict:
+    """Per variant: EM over every request (these sets are not balanced over families), its macro over families,
+    route accuracy and the per-family metrics."""
+    out = {}
+    for variant, e in ev["variants"].items():
+        tasks = e["tasks"]  # the families learned by then: a set's requests of others are not counted
+        n = sum(m["n"] for m in tasks.values())
+        out[variant] = {"n": n, "em": sum(m["graph_em"] * m["n"] for m in tasks.values()) / n,
+                        "macro_em": task_macro(m["graph_em"] for m in tasks.values()),
+                        "route_accuracy": e.get("route_accuracy"), "tasks": tasks}
+    return out
+
+
+def evaluate_extra_sets(method, t: int, order: Sequence[str], stream: Stream, cache: OutputCache, odir: Path,
+                        sets: dict[str, tuple[str, dict[str, list[Record]]]], say: Say | None = None,
+                        progress: bool = False) -> None:
+    """Evaluate the state after stage ``t`` (the last) on every set not yet in ``odir/extra.json`` under its
+    current digest; predictions go to ``extra-<set>.predictions.jsonl``."""
+    path = odir / EXTRA_RESULTS
+    done = json.loads(path.read_text()) if path.is_file() else {}
+    for name, (digest, records) in sets.items():
+        if done.get(name, {}).get("digest") == digest:
+            continue
+        if say:
+            say(f"  evaluating {sum(map(len, records.values()))} requests of {name} after stage {t}")
+        ev = evaluate_stage(method, t, order[:t], stream, cache, say, progress, keep_predictions=True, records=records)
+        with open(odir / f"extra-{name}.predictions.jsonl.tmp", "w") as fh:
+            for p in ev.pop("predictions"):
+                fh.write(json.dumps(p, ensure_ascii=False) + "\n")
+        os.replace(odir / f"extra-{name}.predictions.jsonl.tmp", odir / f"extra-{name}.predictions.jsonl")
+        done[name] = {"digest": digest, "stage": t, "variants": _extra_summary(ev, records)}
+        write_json_atomic(path, done)
+        if say:
+            say(f"  {name}: " + ", ".join(f"{v} EM {100 * r['em']:.1f}" for v, r in done[name]["variants"].items()))
+
+
+def _extra_missing(odir: Path, sets: dict) -> bool:
+    path = odir / EXTRA_RESULTS
+    done = json.loads(path.read_text()) if path.is_file() else {}
+    return any(done.get(name, {}).get("digest") != digest for name, (digest, _) in sets.items())
+
+
 # -- one method over one order ---------------------------------------------------------------------
 @dataclass
 class RunContext:
@@ -233,10 +309,14 @@ def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrain
     finished = 0
     while (_stage_dir(odir, finished + 1) / "eval.json").is_file():
         finished += 1
-    if finished == len(order):
+    extra = load_extra_sets(cfg.eval.extra_sets, stream)
+    if finished == len(order) and not _extra_missing(odir, extra):
         if say:
             say(f"{method_name} {order_name}: already finished")
         return collect_method_order(odir, order)
+    if finished == len(order) and not (_stage_dir(odir, finished) / "state" / COMPLETE).is_file():
+        raise ConfigError(f"{odir}: finished, but its last stage's state is gone, so the extra sets cannot be "
+                          f"evaluated; run them in a new directory")
 
     main = _is_main()
     t0 = time.perf_counter()
@@ -255,7 +335,8 @@ def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrain
                         catalog=stream.catalog if cfg.eval.constrain else None, shared=shared)
     if finished:
         if say:
-            say(f"{method_name} {order_name}: resuming after stage {finished}")
+            say(f"{method_name} {order_name}: " + ("evaluating the extra sets" if finished == len(order)
+                                                    else f"resuming after stage {finished}"))
         method.load(_stage_dir(odir, finished) / "state", finished)
     try:
         for t in range(finished + 1, len(order) + 1):
@@ -309,6 +390,8 @@ def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrain
                 if not cfg.runner.keep_states and t > 1:
                     shutil.rmtree(_stage_dir(odir, t - 1) / "state", ignore_errors=True)
             _barrier()
+        if extra and _is_main():
+            evaluate_extra_sets(method, len(order), order, stream, cache, odir, extra, say, rc.progress)
     finally:
         method.close()
         del method, base
@@ -343,6 +426,7 @@ def _check_config(out: Path, cfg: RunConfig) -> None:
         new["method_params"] = {**old.get("method_params", {}), **new["method_params"]}
         new["method_train"] = {**old.get("method_train", {}), **new["method_train"]}
         new["eval"]["orders"] = list(dict.fromkeys(old["eval"]["orders"] + new["eval"]["orders"]))
+        new["eval"]["extra_sets"] = list(dict.fromkeys(old["eval"].get("extra_sets", []) + new["eval"]["extra_sets"]))
     write_json_atomic(path, new)
 
 
@@ -397,7 +481,8 @@ _ADDED_DEFAULTS = {"stream": {"validation_per_family": None, "validation_fractio
 # decoding with masked padding gives a row the same tokens in any batch: tests/test_multi_lora.py and
 # test_serve.py compare them, and bench/eval_batch.py counts differing outputs on a trained adapter; like the
 # thread count, only float rounding of the matrix products could ever tell them apart.)
-_NOT_IDENTITY = {"eval": {"orders", "batch_size"}, "base": {"threads", "cache_dir"}}
+# Extra evaluation sets add figures after the last stage and change none of the stream's.
+_NOT_IDENTITY = {"eval": {"orders", "batch_size", "extra_sets"}, "base": {"threads", "cache_dir"}}
 
 
 def _identity(section: str, value):

@@ -1,7 +1,7 @@
 """The report of one or more runs: ``results.json`` -> ``report.md`` + a self-contained ``report.html``.
 
 Sections: the main comparison table (per order: tool choice, argument F1, per-task final EM, task-macro
-EM, BWT), the paper's findings checked, why final predictions fail, one accuracy-matrix heatmap per
+EM, BWT), EM on sets written elsewhere (``[eval] extra_sets``), the paper's findings checked, why final predictions fail, one accuracy-matrix heatmap per
 method variant and order, per-stage trajectories of macro EM, training cost, and any extra sections a run carries (selectors, diagnostics) when their files exist.
 The HTML page embeds its figures (base64), so it can be mailed or attached as one file.
 """
@@ -87,6 +87,43 @@ def comparison_table(results: Sequence[dict]) -> list[str]:
                              + f" | {_delta(a['macro_em'], s['macro_em'])} | - |")
         lines.append("")
     return lines
+
+
+def extra_sets_table(results: Sequence[dict]) -> list[str]:
+    """Graph EM on the ``[eval] extra_sets`` (requests written elsewhere) after the last stage, per method
+    variant and order: EM over every request of the set, with route accuracy where the variant routes."""
+    found: dict[tuple[str, str], dict[str, dict]] = {}  # (variant, order) -> set -> figures
+    names: list[str] = []
+    for res in results:
+        for orders in res["methods"].values():
+            for order, r in orders.items():
+                for name, entry in r.get("extra", {}).items():
+                    names += [name] if name not in names else []
+                    for v, figures in entry["variants"].items():
+                        if v.endswith("+address"):  # a diagnostic, not what the method answers
+                            continue
+                        found.setdefault((v, order), {})[name] = figures
+    if not found:
+        return []
+    rank = {v: i for i, v in enumerate(VARIANT_TITLES)}
+    lines = ["## Requests written elsewhere", "",
+             "Graph EM (%) after the last stage on each `[eval] extra_sets` file, over all its requests (route "
+             "accuracy in brackets where the variant routes); the held-out requests above are the stream's own "
+             "templates, these are phrased as people phrase them.", "",
+             "| method | order | " + " | ".join(f"{n} (n={_extra_n(found, n)})" for n in names) + " |",
+             "|---|---|" + "---:|" * len(names)]
+    for (v, order), sets in sorted(found.items(), key=lambda kv: (rank.get(kv[0][0], 99), kv[0][1])):
+        cells = []
+        for n in names:
+            f = sets.get(n)
+            cells.append("-" if f is None else _pct(f["em"]) + (f" ({_pct(f['route_accuracy'])})"
+                                                                 if f.get("route_accuracy") is not None else ""))
+        lines.append(f"| {VARIANT_TITLES.get(v, v)} | {order} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def _extra_n(found: dict, name: str) -> int:
+    return next(sets[name]["n"] for sets in found.values() if name in sets)
 
 
 def _figures(results: Sequence[dict], out: Path) -> list[tuple[str, Path]]:
@@ -239,6 +276,7 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
              "## Method comparison", ""]
     lines += comparison_table(results)
     lines += _route_lines(results)
+    lines += extra_sets_table(results)
     lines += findings_markdown(results)
     lines += failures_markdown(dirs, out, VARIANT_TITLES)
     lines += ["## Training and evaluation cost", ""] + _training_table(results) + _compute_lines(results)
