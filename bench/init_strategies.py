@@ -4,16 +4,19 @@ Each rule learns the five built-in families in the stream's order with the demo'
 its seed, sizes, epochs and LoRA), a new shard starting from a fresh LoRA (``fresh``, the paper), the
 family-neutral start (``neutral``: an adapter trained once on invented families, ``skillbank.memory.neutral``;
 its one-off build is timed apart), the last shard added (``previous``) or the shard the Address Memory routes
-most of the new family's own training requests to (``nearest``; replay-free). Every bank is then planned on:
+most of the new family's own training requests to (``nearest``; replay-free) or the sum of the three nearest
+shards' updates weighted by that routing's probability, cut back to the recipe's rank (``merge``). Every bank is
+then planned on:
 
 - the template held-out requests, routed by its own Address Memory (what a user gets) and with the right shard
   forced (Oracle: the executors alone), per family and as the macro mean over families;
 - the hand-written development sets (``tests/fixtures/paraphrase_builtin*.jsonl``), routed;
 
-with the scope gate off (every request planned) and the grammar on. The learning time of each family is the
+with the scope gate off (every request planned), the grammar on and values decoded freely (``copy_values=False``,
+as every bank made before copied values existed plans). The learning time of each family is the
 wall time of ``SkillBank.learn`` (one heavy job on the machine at a time). A bank that already exists under
 ``--banks/<rule>`` is reused (``--banks`` may hold a ``fresh`` bank made by ``bench/gate_em.py --make``:
-the same recipe); where ``--banks/fresh`` exists, ``previous`` and ``nearest`` import its first family's shard (a
+the same recipe); where ``--banks/fresh`` exists, ``previous``, ``nearest`` and ``merge`` import its first family's shard (a
 fresh start under those rules) instead of training it again. The figures of rules run earlier stay in
 ``--json``; a rule run again replaces its own.
 
@@ -87,8 +90,10 @@ def evaluate(path: Path, stream, batch_size: int) -> dict:
     for family in stream.family_keys:
         records = stream.test[family]
         requests = [r.request for r in records]
-        routed = bank.plan(requests, scope=False, batch_size=batch_size)
-        oracle = bank.plan(requests, shard=family, batch_size=batch_size)
+        # values decoded freely, as in banks made before copied values existed: rules measured on different days
+        # stay comparable
+        routed = bank.plan(requests, scope=False, batch_size=batch_size, copy_values=False)
+        oracle = bank.plan(requests, shard=family, batch_size=batch_size, copy_values=False)
         out["routed"][family] = round(100 * sum(graph_em(records, routed)) / len(records), 1)
         out["oracle"][family] = round(100 * sum(graph_em(records, oracle)) / len(records), 1)
     for kind in ("routed", "oracle"):
@@ -96,7 +101,7 @@ def evaluate(path: Path, stream, batch_size: int) -> dict:
     dev = [Record.from_dict(json.loads(line)) for f in DEV
            for line in (FIXTURES / f"{f}.jsonl").read_text().splitlines() if line.strip()]
     dev = [r for r in dev if r.family in bank.shard_names]
-    plans = bank.plan([r.request for r in dev], scope=False, batch_size=batch_size)
+    plans = bank.plan([r.request for r in dev], scope=False, batch_size=batch_size, copy_values=False)
     out["handwritten_dev"] = {"n": len(dev), "em": round(100 * sum(graph_em(dev, plans)) / len(dev), 1)}
     out["plan_seconds"] = round(time.perf_counter() - t0, 1)
     seconds = path / "learn_seconds.json"
@@ -150,7 +155,7 @@ def main() -> None:
         name = neutral_name if rule == "neutral" else rule
         path = args.banks / name
         if not (path / "bank.json").is_file():
-            first_from = fresh if rule in ("previous", "nearest") and (fresh / "bank.json").is_file() else None
+            first_from = fresh if rule in ("previous", "nearest", "merge") and (fresh / "bank.json").is_file() else None
             make_bank(path, rule, run, stream, first_from, args.order, scope_params)
         key = name if args.order == "O1" else f"{name}@{args.order}"
         report["rules"][key] = row = evaluate(path, stream, args.batch_size)

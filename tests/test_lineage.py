@@ -164,6 +164,55 @@ def test_the_neutral_start_is_built_once_and_ties_no_shard(tmp_path, base, tiny_
     assert entry.lineage == second.lineage
 
 
+def test_a_merged_start_is_the_weighted_update_of_the_nearest_shards(tmp_path, base, other_base, small_stream,
+                                                                     spy_fit):
+    k1, k2, k3, k4, k5 = small_stream.family_keys[:5]
+    bank = SkillBank.create(tmp_path / "bank", base=base)
+    assert learn(bank, small_stream, k1, init="merge").lineage == {"init": "fresh"}  # nothing to merge
+    one = learn(bank, small_stream, k2, init="merge")  # one candidate: a plain start from it
+    assert one.lineage == {"init": "shard", "from": k1, "digest": bank._entry(k1).digests["adapter_model.safetensors"],
+                           "by": "merge"}
+    learn(bank, small_stream, k3)
+    learn(bank, small_stream, k4)
+    requests = [r.request for r in small_stream.train[k5]]
+    proba = np.asarray(bank.address.predict_proba(requests)).sum(axis=0)
+    mass = dict(zip(bank.address.classes_, proba))
+    nearest = sorted(mass, key=lambda n: -mass[n])[:3]
+    entry = learn(bank, small_stream, k5, init="merge")
+    lineage = entry.lineage
+    assert lineage["init"] == "merge" and lineage["from"] == nearest and lineage["by"] == "merge"
+    assert lineage["weights"] == pytest.approx([mass[n] / sum(mass[m] for m in nearest) for n in nearest], abs=1e-4)
+    assert lineage["digests"] == [bank._entry(n).digests["adapter_model.safetensors"] for n in nearest]
+    # the start applies the weighted sum of the three updates (rank 3 x r >= the module's size here, so the SVD
+    # cuts nothing), read at the new adapter's scaling
+    scale = CFG.alpha / CFG.rank
+    start = spy_fit[k5]
+    for key in [k for k in start if ".lora_A." in k]:
+        b_key = key.replace(".lora_A.", ".lora_B.")
+        got = scale * start[b_key].float() @ start[key].float()
+        want = sum(w * scale * weights(bank, n)[b_key].float() @ weights(bank, n)[key].float()
+                   for n, w in zip(lineage["from"], lineage["weights"]))
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-3)
+    assert "__start__" not in bank.execution.base.adapter_names  # dropped after the copy
+    # a descendant of each of them: forgetting any one asks first
+    for name in nearest:
+        assert k5 in bank.descendants(name)
+    with pytest.raises(BankError, match=rf"cannot forget '{nearest[0]}'"):
+        bank.forget(nearest[0])
+    info = {s["name"]: s["lineage"] for s in bank_info(tmp_path / "bank")["shards"]}
+    assert info[k5]["start_current"] is True
+    # exported alone, it needs every start in the receiving bank
+    out = bank.export_family(k5, tmp_path / "k5.family")
+    dst = SkillBank.create(tmp_path / "dst", base=other_base)
+    with pytest.raises(BankError, match="which this bank does not hold"):
+        dst.import_family(out)
+    needed = [k for k in (k1, k2, k3, k4) if k in nearest or (k == k1 and k2 in nearest)]  # k2 started from k1
+    for name in needed:
+        dst.import_family(bank.export_family(name, tmp_path / f"{name}.family"), name=f"{name}-here")
+    got = dst.import_family(out)
+    assert got.lineage["from"] == [f"{n}-here" for n in nearest]
+
+
 def test_forget_refuses_a_family_with_descendants_then_forgets_them_exactly(tmp_path, base, other_base,
                                                                             small_stream):
     k1, k2, k3, k4 = small_stream.family_keys[:4]
@@ -272,7 +321,7 @@ def test_a_bad_start_is_refused_before_training(tmp_path, base, small_stream, mo
             learn(bank, small_stream, k2, cfg, init=init)
         assert bank.shard_names == [k1] and bank_info(tmp_path / "bank")["orphans"] == []
 
-    refused(r"init must be one of fresh, neutral, previous, nearest, shard:NAME, got 'warm'", init="warm")
+    refused(r"init must be one of fresh, neutral, previous, nearest, merge, shard:NAME, got 'warm'", init="warm")
     refused(r"cannot start from shard 'nope': the bank has no such shard; it has \[", init="shard:nope")
     refused(rf"cannot start from shard '{k1}': its LoRA has another shape .*rank 16 there, 8 here",
             TrainConfig(**{**CFG.to_dict(), "rank": 8, "target_modules": ("q_proj", "v_proj")}))

@@ -75,7 +75,7 @@ def info(bank: Path = typer.Argument(..., help="The bank."), as_json: bool = typ
             out.print(f"values copied from the request (every training record did): {', '.join(copied)}",
                       highlight=False)
         for sh in data["shards"]:  # lines, not a column: a narrow table would cut the names
-            if sh["lineage"].get("init") == "shard":
+            if sh["lineage"].get("init") in ("shard", "merge"):
                 out.print(f"{sh['name']} started {start_text(sh['lineage'])}", highlight=False)
         if data["orphans"]:
             out.print(f"leftovers of an interrupted learn (removed by the next learn): {data['orphans']}")

@@ -123,8 +123,10 @@ def learn(
                                              "arguments continues from it."),
     init: str = typer.Option("fresh", help="Where the new LoRA starts: 'fresh', 'neutral' (an adapter trained once "
                              "per base and recipe on invented families: no tie to any family), 'previous' (the last shard added), "
-                             "'nearest' (the shard the Address Memory routes most of these records to) or "
-                             "'shard:NAME' (a copy of that shard's weights; same LoRA shape)."),
+                             "'nearest' (the shard the Address Memory routes most of these records to), 'merge' "
+                             "(the three nearest shards' updates summed, weighted by how much of these records the "
+                             "Address Memory gives each) or 'shard:NAME' (a copy of that shard's weights; same LoRA "
+                             "shape)."),
 ):
     """Learn a new skill family: train a LoRA on its records only, freeze it, update the Address Memory.
 
@@ -186,8 +188,8 @@ def relearn(
     catalog: Optional[Path] = typer.Option(None, help="The family's catalog (default: the old version's skills)."),
     config: Optional[Path] = typer.Option(None, help="TOML with a \\[train] section (default: the old version's recipe)."),
     epochs: Optional[int] = typer.Option(None, help="Override the number of epochs."),
-    init: str = typer.Option("fresh", help="Where the new version starts: 'fresh', 'neutral', 'previous', 'nearest' or "
-                             "'shard:NAME' (as for `skillbank learn`; never the family's own old shard)."),
+    init: str = typer.Option("fresh", help="Where the new version starts: 'fresh', 'neutral', 'previous', 'nearest', "
+                             "'merge' or 'shard:NAME' (as for `skillbank learn`; never the family's own old shard)."),
     descendants: str = typer.Option("refuse", help="Shards that started from the old version: 'refuse' (stop), "
                                     "'keep' (as they are) or 'forget' (forget them in the same publish)."),
 ):

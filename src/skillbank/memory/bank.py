@@ -36,7 +36,7 @@ from skillbank.graph import values_copied
 from skillbank.jsonfile import read_json
 from skillbank.memory.address import HashingNBAddress, Selector, load_selector, make_selector
 from skillbank.memory.lineage import descendants as lineage_descendants
-from skillbank.memory.lineage import fresh, lineage_of, resolve_start, weights_digest
+from skillbank.memory.lineage import MergedStart, fresh, lineage_of, resolve_start, weights_digest
 from skillbank.memory.scope import ScopeDetector, ScopeVerdict, catalog_text, fit_inputs
 from skillbank.memory.selector import selector_class
 from skillbank.memory.shard_files import dir_digests, shard_file_problems
@@ -334,9 +334,12 @@ class SkillBank:
         train_config: a :class:`~skillbank.train.executor.TrainConfig`; default: the recipe that suits the
             bank's base (:func:`skillbank.train.recipes.recipe_for_base`: small-cpu under 1B parameters).
         init: where the new LoRA starts (:func:`~skillbank.memory.lineage.resolve_start`): "fresh" (default),
-            "neutral" (the family-neutral start: :mod:`skillbank.memory.neutral`), "previous" (the last shard added), "nearest" (the shard the Address Memory routes most of
-            ``records``' requests to) or "shard:NAME"; the weights of a start shard are copied (same LoRA shape
-            required), the training is otherwise the same, and the manifest records the start (``lineage``).
+            "neutral" (the family-neutral start: :mod:`skillbank.memory.neutral`), "previous" (the last shard
+            added), "nearest" (the shard the Address Memory routes most of ``records``' requests to), "merge" (the
+            updates of the three shards nearest in that sense, weighted by the probability it gives each:
+            :class:`~skillbank.memory.lineage.MergedStart`) or "shard:NAME"; the weights of the start are copied
+            (same LoRA shape required), the training is otherwise the same, and the manifest records the start
+            (``lineage``).
         """
         check_family_name(family)
         if family in self.shard_names:
@@ -345,7 +348,8 @@ class SkillBank:
         cfg = train_config or self.default_train_config()
         start, lineage = resolve_start(self, family, init, [r.request for r in records], cfg, progress=progress)
         if start is not None and pretrained is not None:
-            what = "the family-neutral start" if isinstance(start, Path) else f"shard {start!r}"
+            what = ("the family-neutral start" if isinstance(start, Path) else
+                    f"a merge of {list(start.names)}" if isinstance(start, MergedStart) else f"shard {start!r}")
             raise BankError(f"a pretrained adapter ({pretrained}) was trained elsewhere from a fresh LoRA; "
                             f"it cannot start from {what} (init='fresh')")
         specs = [catalog.skills[s].to_dict() for s in declared if s in catalog.skills] if catalog else []
@@ -759,12 +763,18 @@ class SkillBank:
             return fresh()
         if lineage.get("init") == "neutral":  # no shard of the sender's is needed to forget it exactly
             return dict(lineage)
-        here = [e for e in self.manifest.shards if weights_digest(e) == lineage.get("digest")]
-        if not here:
-            raise BankError(f"{path}: shard {name!r} started from the weights of shard {lineage.get('from')!r} "
-                            f"(digest {str(lineage.get('digest'))[:19]}...), which this bank does not hold; import "
-                            "that shard first (`skillbank export family` it from the same bank), then this one")
-        return {**lineage, "from": here[0].name}
+        merged = lineage.get("init") == "merge"
+        starts = (list(zip(lineage.get("from", []), lineage.get("digests", []))) if merged
+                  else [(lineage.get("from"), lineage.get("digest"))])
+        names = []
+        for start, digest in starts:
+            here = [e for e in self.manifest.shards if weights_digest(e) == digest]
+            if not here:
+                raise BankError(f"{path}: shard {name!r} started from the weights of shard {start!r} (digest "
+                                f"{str(digest)[:19]}...), which this bank does not hold; import that shard first "
+                                "(`skillbank export family` it from the same bank), then this one")
+            names.append(here[0].name)
+        return {**lineage, "from": names if merged else names[0]}
 
     def fit_scope(self, family: str, records: Sequence[Record]) -> None:
         """Add scope statistics for a family of a bank learned before out-of-scope detection existed, or

@@ -164,11 +164,17 @@ class ExecutionMemory:
                     checkpoint=None, init: str | None = None) -> dict:
         """Train adapter ``name`` on ``records`` only; it stays in memory, frozen. Returns the summary.
         checkpoint: a :class:`~skillbank.train.checkpoint.FitCheckpoint` to continue a killed training from.
-        init: a known shard whose LoRA weights the new adapter starts from (loaded first if it is not), or
-        an adapter directory (the family-neutral start: loaded for the copy, then dropped); None: a fresh LoRA."""
-        from skillbank.train.executor import train_executor
+        init: a known shard whose LoRA weights the new adapter starts from (loaded first if it is not), an
+        adapter directory (the family-neutral start: loaded for the copy, then dropped), a
+        :class:`~skillbank.memory.lineage.MergedStart` (built for the copy, then dropped); None: a fresh LoRA."""
+        from skillbank.memory.lineage import MergedStart
+        from skillbank.train.executor import merge_lora, train_executor
         start = init
-        if isinstance(init, Path):
+        if isinstance(init, MergedStart):
+            start = "__start__"
+            self.ensure_resident(list(init.names))
+            merge_lora(self.base, list(init.names), list(init.weights), start, rank=cfg.rank, alpha=cfg.alpha)
+        elif isinstance(init, Path):
             start = "__start__"
             try:
                 self.base.load_adapter(start, init)
@@ -187,7 +193,7 @@ class ExecutionMemory:
             _, summary = train_executor(self.base, records, cfg, adapter_name=name, family_prefix=family_prefix,
                                         progress=progress, checkpoint=checkpoint, init_adapter=start)
         finally:
-            if isinstance(init, Path):
+            if isinstance(init, (Path, MergedStart)):
                 self.base.remove_adapter(start)
         self.resident[name] = None  # in memory now; counted against max_resident once registered
         return summary.to_dict()

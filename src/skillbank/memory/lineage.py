@@ -8,16 +8,20 @@ the starting point of every shard (``ShardEntry.lineage``)::
     {"init": "fresh"}
     {"init": "neutral", "digest": "sha256:...", "key": "..."}
     {"init": "shard", "from": "t1_daily_life", "digest": "sha256:...", "by": "previous"}
+    {"init": "merge", "from": ["t1_daily_life", "t3_..."], "digests": ["sha256:...", ...], "weights": [0.7, 0.3]}
 
 ``digest`` is the start shard's ``adapter_model.safetensors`` digest at the time, so the start stays identified
-after a relearn replaces it or an import renames it; ``by`` says which rule chose it. A shard started from
-another carries some of that family's knowledge in its weights: forgetting a family exactly means forgetting
-its descendants too (``descendants``); the neutral start holds no user's data and ties no shard to another.
-Manifests written before lineage existed read as fresh.
+after a relearn replaces it or an import renames it; ``by`` says which rule chose it. A merged start (``merge``)
+is the weighted sum of the update of the :data:`MERGE_K` shards nearest the new family, cut back to the recipe's
+rank (:class:`MergedStart`); it descends from each of them. A shard started from another carries some of that
+family's knowledge in its weights: forgetting a family exactly means forgetting its descendants too
+(``descendants``); the neutral start holds no user's data and ties no shard to another. Manifests written
+before lineage existed read as fresh.
 """
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -25,8 +29,18 @@ from skillbank.errors import BankError
 from skillbank.memory.shard_files import shard_file_problems
 
 WEIGHTS = "adapter_model.safetensors"
-INIT_CHOICES = ("fresh", "neutral", "previous", "nearest", "shard:NAME")
+INIT_CHOICES = ("fresh", "neutral", "previous", "nearest", "merge", "shard:NAME")
 FRESH = {"init": "fresh"}
+#: how many of the nearest shards a merged start sums (fewer when the bank has fewer)
+MERGE_K = 3
+
+
+@dataclass(frozen=True)
+class MergedStart:
+    """A start made of several shards: their LoRA updates summed with ``weights`` (which add up to 1), then cut
+    back to the new shard's rank (:meth:`~skillbank.memory.execution.ExecutionMemory.train_shard` builds it)."""
+    names: tuple[str, ...]
+    weights: tuple[float, ...]
 
 
 def fresh() -> dict:
@@ -34,19 +48,23 @@ def fresh() -> dict:
 
 
 def parse_init(init: str) -> tuple[str, str | None]:
-    """``init`` as (rule, shard name): ("fresh", None), ("neutral", None), ("previous", None), ("nearest", None)
-    or ("shard", NAME)."""
-    if isinstance(init, str) and init in ("fresh", "neutral", "previous", "nearest"):
+    """``init`` as (rule, shard name): ("fresh", None), ("neutral", None), ("previous", None), ("nearest", None),
+    ("merge", None) or ("shard", NAME)."""
+    if isinstance(init, str) and init in ("fresh", "neutral", "previous", "nearest", "merge"):
         return init, None
     if isinstance(init, str) and init.startswith("shard:") and init[len("shard:"):]:
         return "shard", init[len("shard:"):]
     raise BankError(f"init must be one of {', '.join(INIT_CHOICES)}, got {init!r}")
 
 
-def start_name(entry) -> str | None:
-    """The shard ``entry`` started from (None: a fresh LoRA)."""
+def start_names(entry) -> list[str]:
+    """The shards ``entry`` started from: one (a shard start), several (a merged start) or none."""
     lineage = getattr(entry, "lineage", None) or FRESH
-    return lineage.get("from") if lineage.get("init") == "shard" else None
+    if lineage.get("init") == "shard":
+        return [lineage.get("from")]
+    if lineage.get("init") == "merge":
+        return list(lineage.get("from") or [])
+    return []
 
 
 def descendants(shards: Sequence, family: str) -> list[str]:
@@ -55,7 +73,7 @@ def descendants(shards: Sequence, family: str) -> list[str]:
     found: set[str] = set()
     frontier = {family}
     while frontier:
-        new = {e.name for e in shards if start_name(e) in frontier and e.name not in found and e.name != family}
+        new = {e.name for e in shards if frontier & set(start_names(e)) and e.name not in found and e.name != family}
         found |= new
         frontier = new
     return [e.name for e in shards if e.name in found]
@@ -69,10 +87,11 @@ def lineage_of(entry, shards: Sequence) -> dict:
     """What ``skillbank info`` shows of one shard's starting point: its record, plus ``start_current`` - whether
     the named start is still in the bank with the weights it had (False after a relearn kept it as it was)."""
     lineage = dict(getattr(entry, "lineage", None) or FRESH)
-    name = start_name(entry)
-    if name is not None:
-        start = next((e for e in shards if e.name == name), None)
-        lineage["start_current"] = start is not None and weights_digest(start) == lineage.get("digest")
+    names = start_names(entry)
+    if names:
+        digests = lineage.get("digests") if lineage.get("init") == "merge" else [lineage.get("digest")]
+        current = {e.name: weights_digest(e) for e in shards}
+        lineage["start_current"] = all(current.get(n) == d for n, d in zip(names, digests or []))
     return lineage
 
 
@@ -120,6 +139,8 @@ def resolve_start(bank, family: str, init: str, requests: Sequence[str], cfg, *,
     is checked (:func:`check_start`) here, before anything is trained. exclude: shards forgotten in the same
     publish (no candidates either)."""
     rule, name = parse_init(init)
+    if rule == "merge":
+        return _merged(bank, family, requests, cfg, replacing, exclude)
     if rule == "neutral":
         from skillbank.memory.neutral import ensure_neutral_start
         return ensure_neutral_start(bank.execution, bank.manifest.base["digest"], cfg, progress=progress)
@@ -148,7 +169,9 @@ def resolve_start(bank, family: str, init: str, requests: Sequence[str], cfg, *,
                   "by": "name" if rule == "shard" else rule, **extra}
 
 
-def _nearest(bank, requests: Sequence[str], candidates: list[str]) -> tuple[str, dict]:
+def _routing(bank, requests: Sequence[str], candidates: list[str]):
+    """How the Address Memory, reduced to ``candidates``, routes ``requests``: (candidate names in its column
+    order, votes per candidate, summed probability per candidate)."""
     import numpy as np
     address, _ = bank._address_copy()
     for other in [c for c in address.classes_ if c not in candidates]:
@@ -158,10 +181,36 @@ def _nearest(bank, requests: Sequence[str], candidates: list[str]) -> tuple[str,
     if not cols:
         raise BankError(f"cannot choose the nearest shard: the Address Memory knows none of {candidates}")
     proba = np.asarray(address.predict_proba(list(requests)))[:, cols]  # [n requests, candidates]
-    votes = np.bincount(np.argmax(proba, axis=1), minlength=len(cols))
-    mass = proba.sum(axis=0)
-    best = max(range(len(cols)), key=lambda j: (votes[j], mass[j], -j))
-    return classes[cols[best]], {"share": round(float(votes[best]) / len(requests), 4)}
+    return [classes[c] for c in cols], np.bincount(np.argmax(proba, axis=1), minlength=len(cols)), proba.sum(axis=0)
+
+
+def _nearest(bank, requests: Sequence[str], candidates: list[str]) -> tuple[str, dict]:
+    names, votes, mass = _routing(bank, requests, candidates)
+    best = max(range(len(names)), key=lambda j: (votes[j], mass[j], -j))
+    return names[best], {"share": round(float(votes[best]) / len(requests), 4)}
+
+
+def _merged(bank, family: str, requests: Sequence[str], cfg, replacing: bool, exclude: Sequence[str]):
+    """The merged start: the :data:`MERGE_K` shards to which the Address Memory gives most of the new family's
+    requests' probability, weighted by that probability (replay-free, as ``nearest``). One candidate: a plain
+    shard start from it; none: fresh."""
+    candidates = [e for e in bank.manifest.shards
+                  if not (replacing and e.name == family) and e.name not in exclude]
+    if not candidates:
+        return None, fresh()
+    names, _, mass = _routing(bank, requests, [e.name for e in candidates])
+    ranked = sorted(range(len(names)), key=lambda j: -mass[j])[:MERGE_K]
+    total = float(sum(mass[j] for j in ranked)) or 1.0
+    picked = [(names[j], round(float(mass[j]) / total, 4)) for j in ranked]
+    entries = {e.name: e for e in candidates}
+    for name, _ in picked:
+        check_start(name, bank.root / entries[name].dir, entries[name], cfg, bank.manifest.base["name"])
+    if len(picked) == 1:
+        name = picked[0][0]
+        return name, {"init": "shard", "from": name, "digest": weights_digest(entries[name]), "by": "merge"}
+    return MergedStart(tuple(n for n, _ in picked), tuple(w for _, w in picked)), {
+        "init": "merge", "from": [n for n, _ in picked], "digests": [weights_digest(entries[n]) for n, _ in picked],
+        "weights": [w for _, w in picked], "by": "merge"}
 
 
 def start_text(lineage: dict) -> str:
@@ -170,5 +219,9 @@ def start_text(lineage: dict) -> str:
         return "fresh"
     if lineage.get("init") == "neutral":
         return f"from the family-neutral start ({str(lineage.get('digest', ''))[:19]}...)"
+    stale = " - since replaced" if lineage.get("start_current") is False else ""
+    if lineage.get("init") == "merge":
+        parts = ", ".join(f"{n} {w:.2f}" for n, w in zip(lineage.get("from", []), lineage.get("weights", [])))
+        return f"merged from {parts}{stale}"
     stale = " - since replaced" if lineage.get("start_current") is False else ""
     return f"from {lineage.get('from')} ({lineage.get('by', 'name')}{stale})"

@@ -287,6 +287,35 @@ def copy_lora(base: LoadedBase, source: str, target: str) -> None:
             tensor.copy_(src[key].to(dtype=tensor.dtype, device=tensor.device))
 
 
+def merge_lora(base: LoadedBase, sources: Sequence[str], weights: Sequence[float], target: str, *, rank: int,
+               alpha: float) -> None:
+    """Add adapter ``target`` to ``base``: the weighted sum of ``sources``' updates (each one's B A times its
+    scaling), cut back to ``rank`` by SVD, ready to be copied (:func:`copy_lora`) into an adapter of ``rank`` and
+    ``alpha``, where it then applies that same summed update.
+
+    The sum and SVD are PEFT's (``add_weighted_adapter``, combination "svd"). PEFT gives the result scaling 1 and
+    all of each component's size in B (B = U S, A = V^T); here B is divided by the copy's scaling alpha / rank and
+    each component's size is shared between A and B (sqrt of its singular value each), as in a trained LoRA, so
+    the first optimizer steps move A and B alike."""
+    missing = [s for s in sources if s not in base.adapter_names]
+    if missing:
+        raise ModelError(f"cannot merge {missing}: no such adapter on the base")
+    if target in base.adapter_names:
+        raise ModelError(f"an adapter named {target!r} is already loaded")
+    base.peft.add_weighted_adapter(list(sources), [float(w) for w in weights], target, combination_type="svd",
+                                   svd_rank=rank)
+    with torch.no_grad():
+        for module in base.peft.modules():
+            lora_a, lora_b = getattr(module, "lora_A", None), getattr(module, "lora_B", None)
+            if lora_a is None or target not in lora_a:
+                continue
+            a, b = lora_a[target].weight, lora_b[target].weight  # [r, in], [out, r]
+            size = b.float().norm(dim=0).clamp_min(1e-12).sqrt()  # sqrt of each component's singular value
+            b.mul_((rank / alpha / size).to(b.dtype))
+            a.mul_(size[:, None].to(a.dtype))
+    freeze_all(base.peft)
+
+
 def build_examples(base: LoadedBase, records: Sequence[Record], cfg: TrainConfig,
                    family_prefix: str | Mapping[str, str]) -> tuple[list[Example], int]:
     """Tokenized (prompt, target) pairs of ``records``; examples over ``cfg.max_length`` are dropped and

@@ -11,7 +11,7 @@ with that stage's requests and keeps none. Two variants are evaluated from the s
 An executor depends only on its own stage's records and seed (and the neutral start, itself trained on no
 stage's data), never on the order, so the second order reuses the shards of the first
 (``order_independent``): only the Address Memory is refitted per order. (Starting from an earlier family's
-shard - ``learn --init previous|nearest`` - would break that, and is not offered here.)
+shard - ``learn --init previous|nearest|merge`` - would break that, and is not offered here.)
 """
 from __future__ import annotations
 
