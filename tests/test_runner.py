@@ -536,11 +536,13 @@ def test_extra_sets_are_evaluated_after_the_last_stage_and_added_later_without_t
     assert set(fsm["variants"]) == {"fsm", "oracle"}
     assert fsm["variants"]["fsm"]["n"] == 4 and set(fsm["variants"]["fsm"]["tasks"]) == {keys[0], keys[2]}
     assert fsm["variants"]["fsm"]["route_accuracy"] is not None
+    assert sum(fsm["variants"]["oracle"]["failures"].values()) == 4  # every request ends in one failure kind
     assert "sft" in record["methods"]["sft"][ORDER]["extra"]["hand"]["variants"]
     lines = (out / "methods" / "fsm" / ORDER / "extra-hand.predictions.jsonl").read_text().splitlines()
     assert len(lines) == 8  # 4 requests x 2 variants
     assert "## Requests written elsewhere" in (out / "report.md").read_text()
     assert "| hand (n=4) |" in (out / "report.md").read_text()
+    assert "How the requests of every set together end" in (out / "report.md").read_text()
 
     # a second set added to the finished run: evaluated from the saved last state, nothing trained again
     second = _extra_file(tmp_path / "more.jsonl", [keys[1]], per_family=3)

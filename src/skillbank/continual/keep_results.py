@@ -5,7 +5,8 @@ machine can read them back and continue.
     (the same: .venv/bin/python -m skillbank.continual.keep_results runs/sweep results/sweep)
     cp -r results/sweep runs/sweep && skillbank exp sweep --config configs/sweep.toml --out runs/sweep   # continue
 
-Kept: every ``*.json``, ``*.md``, ``*.png`` and ``predictions.jsonl`` (the report re-reads final predictions).
+Kept: every ``*.json``, ``*.md``, ``*.png`` and ``*predictions.jsonl`` (the report re-reads final predictions; an
+extra set's, ``extra-<set>.predictions.jsonl``, are what its failure kinds were counted from).
 Left out: adapter states, banks, the stage cache and the generation cache (``outputs.jsonl``): megabytes to
 gigabytes of weights that a reader does not need and a resumed run does not need for a finished order. An
 order of a method that has not finished all its stages is left out whole: a resumed run would look for the
@@ -53,7 +54,7 @@ def keep(src: Path, dst: Path) -> tuple[int, int, list[Path]]:
         rel = path.relative_to(src)
         if not path.is_file() or SKIP_DIRS & set(rel.parts) or any(o in path.parents for o in skipped):
             continue
-        if path.suffix not in KEEP_SUFFIXES and path.name != "predictions.jsonl":
+        if path.suffix not in KEEP_SUFFIXES and not path.name.endswith("predictions.jsonl"):
             continue
         if path.name.endswith(".tmp"):
             continue

@@ -243,16 +243,27 @@ def load_extra_sets(paths: Sequence[str], stream: Stream) -> dict[str, tuple[str
     return sets
 
 
-def _extra_summary(ev: dict, records: dict[str, list[Record]]) -> dict:
+def _extra_summary(ev: dict, predictions: list[dict], records: dict[str, list[Record]], stream: Stream) -> dict:
     """Per variant: EM over every request (these sets are not balanced over families), its macro over families,
-    route accuracy and the per-family metrics."""
+    route accuracy, the per-family metrics and how many requests fail in each way (``metrics.failure_kind``)."""
+    from skillbank.graph import TaskGraph
+    from skillbank.metrics import failure_kind
+
+    gold = {r.id: r.graph for rs in records.values() for r in rs}
+    families = stream.catalog.family_map
     out = {}
     for variant, e in ev["variants"].items():
         tasks = e["tasks"]  # the families learned by then: a set's requests of others are not counted
         n = sum(m["n"] for m in tasks.values())
+        kinds: dict[str, int] = {}
+        for p in predictions:
+            if p["variant"] == variant:
+                pred = TaskGraph.from_dict(p["graph"]) if p["graph"] is not None else None
+                kind = failure_kind(gold[p["id"]], pred, families=families)
+                kinds[kind] = kinds.get(kind, 0) + 1
         out[variant] = {"n": n, "em": sum(m["graph_em"] * m["n"] for m in tasks.values()) / n,
                         "macro_em": task_macro(m["graph_em"] for m in tasks.values()),
-                        "route_accuracy": e.get("route_accuracy"), "tasks": tasks}
+                        "route_accuracy": e.get("route_accuracy"), "tasks": tasks, "failures": kinds}
     return out
 
 
@@ -269,11 +280,12 @@ def evaluate_extra_sets(method, t: int, order: Sequence[str], stream: Stream, ca
         if say:
             say(f"  evaluating {sum(map(len, records.values()))} requests of {name} after stage {t}")
         ev = evaluate_stage(method, t, order[:t], stream, cache, say, progress, keep_predictions=True, records=records)
+        predictions = ev.pop("predictions")
         with open(odir / f"extra-{name}.predictions.jsonl.tmp", "w") as fh:
-            for p in ev.pop("predictions"):
+            for p in predictions:
                 fh.write(json.dumps(p, ensure_ascii=False) + "\n")
         os.replace(odir / f"extra-{name}.predictions.jsonl.tmp", odir / f"extra-{name}.predictions.jsonl")
-        done[name] = {"digest": digest, "stage": t, "variants": _extra_summary(ev, records)}
+        done[name] = {"digest": digest, "stage": t, "variants": _extra_summary(ev, predictions, records, stream)}
         write_json_atomic(path, done)
         if say:
             say(f"  {name}: " + ", ".join(f"{v} EM {100 * r['em']:.1f}" for v, r in done[name]["variants"].items()))

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from skillbank.metrics import AccuracyMatrix
+from skillbank.metrics import FAILURE_KINDS, FAILURE_TITLES, AccuracyMatrix
 from skillbank.report.failures import failures_markdown
 from skillbank.report.findings import findings_markdown
 from skillbank.report.plots import access_heatmap, matrix_heatmap, trajectories
@@ -119,6 +119,15 @@ def extra_sets_table(results: Sequence[dict]) -> list[str]:
             cells.append("-" if f is None else _pct(f["em"]) + (f" ({_pct(f['route_accuracy'])})"
                                                                  if f.get("route_accuracy") is not None else ""))
         lines.append(f"| {VARIANT_TITLES.get(v, v)} | {order} | " + " | ".join(cells) + " |")
+    kinds = [k for k in FAILURE_KINDS if any(f.get("failures", {}).get(k) for sets in found.values()
+                                             for f in sets.values())]
+    if kinds:
+        lines += ["", "How the requests of every set together end (`metrics.failure_kind`, counts):", "",
+                  "| method | order | " + " | ".join(FAILURE_TITLES[k] for k in kinds) + " |",
+                  "|---|---|" + "---:|" * len(kinds)]
+        for (v, order), sets in sorted(found.items(), key=lambda kv: (rank.get(kv[0][0], 99), kv[0][1])):
+            counts = [sum(f.get("failures", {}).get(k, 0) for f in sets.values()) for k in kinds]
+            lines.append(f"| {VARIANT_TITLES.get(v, v)} | {order} | " + " | ".join(map(str, counts)) + " |")
     return lines + [""]
 
 
