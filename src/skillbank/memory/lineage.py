@@ -222,6 +222,6 @@ def start_text(lineage: dict) -> str:
     stale = " - since replaced" if lineage.get("start_current") is False else ""
     if lineage.get("init") == "merge":
         parts = ", ".join(f"{n} {w:.2f}" for n, w in zip(lineage.get("from", []), lineage.get("weights", [])))
-        return f"merged from {parts}{stale}"
+        return f"from a merge of {parts}{stale}"
     stale = " - since replaced" if lineage.get("start_current") is False else ""
     return f"from {lineage.get('from')} ({lineage.get('by', 'name')}{stale})"
