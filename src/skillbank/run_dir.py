@@ -73,6 +73,15 @@ def write_json_atomic(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
+def write_jsonl_atomic(path: Path, rows) -> None:
+    """One JSON object a line, written aside and renamed (a kill never leaves half a file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
 def stage_dir(odir: Path, t: int) -> Path:
     return odir / f"stage-{t:02d}"
 

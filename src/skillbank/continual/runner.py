@@ -32,7 +32,7 @@ from typing import Callable, Iterator, Sequence
 
 from skillbank.config import ConfigError, RunConfig
 from skillbank.run_dir import (COMPLETE, FIT_CHECKPOINT, build_run_stream, collect_method_order,
-                                         write_json_atomic)
+                                         write_json_atomic, write_jsonl_atomic)
 from skillbank.continual.progress import machine_label
 from skillbank.run_dir import stage_dir as _stage_dir
 from skillbank.continual.stage_cache import StageCache
@@ -272,8 +272,7 @@ def evaluate_extra_sets(method, t: int, order: Sequence[str], stream: Stream, ca
                         progress: bool = False) -> None:
     """Evaluate the state after stage ``t`` (the last) on every set not yet in ``odir/extra.json`` under its
     current digest; predictions go to ``extra-<set>.predictions.jsonl``."""
-    path = odir / EXTRA_RESULTS
-    done = json.loads(path.read_text()) if path.is_file() else {}
+    done = _extra_done(odir)
     for name, (digest, records) in sets.items():
         if done.get(name, {}).get("digest") == digest:
             continue
@@ -281,19 +280,20 @@ def evaluate_extra_sets(method, t: int, order: Sequence[str], stream: Stream, ca
             say(f"  evaluating {sum(map(len, records.values()))} requests of {name} after stage {t}")
         ev = evaluate_stage(method, t, order[:t], stream, cache, say, progress, keep_predictions=True, records=records)
         predictions = ev.pop("predictions")
-        with open(odir / f"extra-{name}.predictions.jsonl.tmp", "w") as fh:
-            for p in predictions:
-                fh.write(json.dumps(p, ensure_ascii=False) + "\n")
-        os.replace(odir / f"extra-{name}.predictions.jsonl.tmp", odir / f"extra-{name}.predictions.jsonl")
+        write_jsonl_atomic(odir / f"extra-{name}.predictions.jsonl", predictions)
         done[name] = {"digest": digest, "stage": t, "variants": _extra_summary(ev, predictions, records, stream)}
-        write_json_atomic(path, done)
+        write_json_atomic(odir / EXTRA_RESULTS, done)
         if say:
             say(f"  {name}: " + ", ".join(f"{v} EM {100 * r['em']:.1f}" for v, r in done[name]["variants"].items()))
 
 
-def _extra_missing(odir: Path, sets: dict) -> bool:
+def _extra_done(odir: Path) -> dict:
     path = odir / EXTRA_RESULTS
-    done = json.loads(path.read_text()) if path.is_file() else {}
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _extra_missing(odir: Path, sets: dict) -> bool:
+    done = _extra_done(odir)
     return any(done.get(name, {}).get("digest") != digest for name, (digest, _) in sets.items())
 
 
@@ -390,10 +390,7 @@ def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrain
                 ev["order"] = order
                 preds = ev.pop("predictions", None)
                 if preds is not None:
-                    with open(odir / "predictions.jsonl.tmp", "w") as fh:
-                        for p in preds:
-                            fh.write(json.dumps(p, ensure_ascii=False) + "\n")
-                    os.replace(odir / "predictions.jsonl.tmp", odir / "predictions.jsonl")
+                    write_jsonl_atomic(odir / "predictions.jsonl", preds)
                 write_json_atomic(sdir / "eval.json", ev)
                 if say:
                     say(f"  {method_name} {order_name} after stage {t}: " + ", ".join(

@@ -134,21 +134,26 @@ def resolve_start(bank, family: str, init: str, requests: Sequence[str], cfg, *,
     now if this machine has not built it: :func:`~skillbank.memory.neutral.ensure_neutral_start`). previous: the last shard in the manifest's order (the most recently added family).
     nearest: the shard whose family the Address Memory routes most of ``requests`` (the new family's own
     training requests; ties go to the larger summed probability, then the earlier shard) to - no other
-    family's requests are needed. shard:NAME: that shard. previous and nearest in a bank with no other shard
-    start fresh. replacing: ``family`` is being relearned, so its own current shard is no candidate. The start
-    is checked (:func:`check_start`) here, before anything is trained. exclude: shards forgotten in the same
-    publish (no candidates either)."""
+    family's requests are needed. merge: the :data:`MERGE_K` shards to which the Address Memory gives most of
+    ``requests``' probability, weighted by it (a :class:`MergedStart`; with one candidate, a start from that
+    shard). shard:NAME: that shard. previous, nearest and merge in a bank with no other shard start fresh.
+    replacing: ``family`` is being relearned, so its own current shard is no candidate. The start is checked
+    (:func:`check_start`) here, before anything is trained. exclude: shards forgotten in the same publish (no
+    candidates either)."""
     rule, name = parse_init(init)
-    if rule == "merge":
-        return _merged(bank, family, requests, cfg, replacing, exclude)
     if rule == "neutral":
         from skillbank.memory.neutral import ensure_neutral_start
         return ensure_neutral_start(bank.execution, bank.manifest.base["digest"], cfg, progress=progress)
     candidates = [e for e in bank.manifest.shards
                   if not (replacing and e.name == family) and e.name not in exclude]
-    if rule == "fresh" or (rule in ("previous", "nearest") and not candidates):
+    if rule == "fresh" or (rule in ("previous", "nearest", "merge") and not candidates):
         return None, fresh()
     extra: dict = {}
+    if rule == "merge":
+        picked = _merge_weights(bank, requests, candidates)
+        if len(picked) > 1:
+            return _merged(bank, picked, candidates, cfg)
+        name = picked[0][0]
     if rule == "shard":
         if name == family:
             raise BankError(f"{family!r} cannot start from its own shard; name another (init='shard:NAME'), "
@@ -161,7 +166,7 @@ def resolve_start(bank, family: str, init: str, requests: Sequence[str], cfg, *,
                             f"{[e.name for e in candidates]}")
     elif rule == "previous":
         name = candidates[-1].name
-    else:
+    elif rule == "nearest":
         name, extra = _nearest(bank, requests, [e.name for e in candidates])
     entry = next(e for e in candidates if e.name == name)
     check_start(name, bank.root / entry.dir, entry, cfg, bank.manifest.base["name"])
@@ -190,24 +195,20 @@ def _nearest(bank, requests: Sequence[str], candidates: list[str]) -> tuple[str,
     return names[best], {"share": round(float(votes[best]) / len(requests), 4)}
 
 
-def _merged(bank, family: str, requests: Sequence[str], cfg, replacing: bool, exclude: Sequence[str]):
-    """The merged start: the :data:`MERGE_K` shards to which the Address Memory gives most of the new family's
-    requests' probability, weighted by that probability (replay-free, as ``nearest``). One candidate: a plain
-    shard start from it; none: fresh."""
-    candidates = [e for e in bank.manifest.shards
-                  if not (replacing and e.name == family) and e.name not in exclude]
-    if not candidates:
-        return None, fresh()
+def _merge_weights(bank, requests: Sequence[str], candidates: Sequence) -> list[tuple[str, float]]:
+    """The :data:`MERGE_K` candidates to which the Address Memory gives most of ``requests``' summed
+    probability, with their shares of it (replay-free, as ``nearest``)."""
     names, _, mass = _routing(bank, requests, [e.name for e in candidates])
     ranked = sorted(range(len(names)), key=lambda j: -mass[j])[:MERGE_K]
     total = float(sum(mass[j] for j in ranked)) or 1.0
-    picked = [(names[j], round(float(mass[j]) / total, 4)) for j in ranked]
+    return [(names[j], round(float(mass[j]) / total, 4)) for j in ranked]
+
+
+def _merged(bank, picked: list[tuple[str, float]], candidates: Sequence, cfg) -> tuple[MergedStart, dict]:
+    """The merged start of the ``picked`` shards (name, weight), each checked first, and its lineage record."""
     entries = {e.name: e for e in candidates}
     for name, _ in picked:
         check_start(name, bank.root / entries[name].dir, entries[name], cfg, bank.manifest.base["name"])
-    if len(picked) == 1:
-        name = picked[0][0]
-        return name, {"init": "shard", "from": name, "digest": weights_digest(entries[name]), "by": "merge"}
     return MergedStart(tuple(n for n, _ in picked), tuple(w for _, w in picked)), {
         "init": "merge", "from": [n for n, _ in picked], "digests": [weights_digest(entries[n]) for n, _ in picked],
         "weights": [w for _, w in picked], "by": "merge"}
@@ -223,5 +224,4 @@ def start_text(lineage: dict) -> str:
     if lineage.get("init") == "merge":
         parts = ", ".join(f"{n} {w:.2f}" for n, w in zip(lineage.get("from", []), lineage.get("weights", [])))
         return f"from a merge of {parts}{stale}"
-    stale = " - since replaced" if lineage.get("start_current") is False else ""
     return f"from {lineage.get('from')} ({lineage.get('by', 'name')}{stale})"

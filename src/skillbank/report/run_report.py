@@ -106,13 +106,14 @@ def extra_sets_table(results: Sequence[dict]) -> list[str]:
     if not found:
         return []
     rank = {v: i for i, v in enumerate(VARIANT_TITLES)}
+    rows = sorted(found.items(), key=lambda kv: (rank.get(kv[0][0], 99), kv[0][1]))
     lines = ["## Requests written elsewhere", "",
              "Graph EM (%) after the last stage on each `[eval] extra_sets` file, over all its requests (route "
              "accuracy in brackets where the variant routes); the held-out requests above are the stream's own "
              "templates, these are phrased as people phrase them.", "",
              "| method | order | " + " | ".join(f"{n} (n={_extra_n(found, n)})" for n in names) + " |",
              "|---|---|" + "---:|" * len(names)]
-    for (v, order), sets in sorted(found.items(), key=lambda kv: (rank.get(kv[0][0], 99), kv[0][1])):
+    for (v, order), sets in rows:
         cells = []
         for n in names:
             f = sets.get(n)
@@ -125,7 +126,7 @@ def extra_sets_table(results: Sequence[dict]) -> list[str]:
         lines += ["", "How the requests of every set together end (`metrics.failure_kind`, counts):", "",
                   "| method | order | " + " | ".join(FAILURE_TITLES[k] for k in kinds) + " |",
                   "|---|---|" + "---:|" * len(kinds)]
-        for (v, order), sets in sorted(found.items(), key=lambda kv: (rank.get(kv[0][0], 99), kv[0][1])):
+        for (v, order), sets in rows:
             counts = [sum(f.get("failures", {}).get(k, 0) for f in sets.values()) for k in kinds]
             lines.append(f"| {VARIANT_TITLES.get(v, v)} | {order} | " + " | ".join(map(str, counts)) + " |")
     return lines + [""]
