@@ -187,7 +187,43 @@ def test_a_run_saved_before_fsm_had_init_still_resumes(tmp_path, tiny_model_dir)
     with pytest.raises(ConfigError, match="method_params.fsm"):
         check_same_config(tmp_path, saved, neutral)
     with pytest.raises(ConfigError, match="init"):
-        tiny_config(tiny_model_dir, ["fsm"], method_params={"fsm": {"init": "previous"}})
+        tiny_config(tiny_model_dir, ["fsm"], method_params={"fsm": {"init": "shard:T1"}})
+
+
+def test_fsm_starting_from_earlier_shards_grows_a_bank_per_order(tmp_path, tiny_model_dir):
+    """init = previous/nearest/merge reads the shards learned before, so each order trains its own executors
+    into its own bank (with the lineage skillbank learn records) instead of reusing the first order's."""
+    from skillbank.continual.progress import run_progress
+    from skillbank.memory.bank import SkillBank
+    orders = [ORDER, "T3,T2,T1"]
+    cfg = tiny_config(tiny_model_dir, ["fsm"], method_params={"fsm": {"init": "merge"}},
+                      eval={"orders": orders, "max_new_tokens": 6, "batch_size": 4})
+    record = run(cfg, tmp_path / "run", progress=False)
+    mdir = tmp_path / "run" / "methods" / "fsm"
+    assert not (mdir / "bank").exists()
+    for order in orders:
+        bank = SkillBank.open(mdir / f"bank-{order}")
+        families = [e.name for e in bank.manifest.shards]
+        assert families == [{"T1": "t1_daily_life", "T2": "t2_language_speech",
+                             "T3": "t3_retrieval_understanding"}[t] for t in order.split(",")]
+        lineage = [e.lineage for e in bank.manifest.shards]
+        assert lineage[0]["init"] == "fresh"
+        # one shard to merge: a start from it
+        assert (lineage[1]["init"], lineage[1]["from"], lineage[1]["by"]) == ("shard", families[0], "merge")
+        assert lineage[2]["init"] == "merge" and set(lineage[2]["from"]) == set(families[:2])
+        training = record["methods"]["fsm"][order]["training"]
+        assert not any(s["reused_from_earlier_order"] for s in training.values())
+        assert all(s["wall_seconds"] > 0 for s in training.values())
+    # the last family of the first order starts from a merge of the other two in the second order's bank,
+    # so its executor differs; outputs are keyed by each bank's own adapter digests
+    first = SkillBank.open(mdir / f"bank-{ORDER}").manifest.shards[-1]
+    second = next(e for e in SkillBank.open(mdir / "bank-T3,T2,T1").manifest.shards if e.name == first.name)
+    assert first.lineage != second.lineage
+    rows = run_progress(tmp_path / "run")
+    assert {r.order for r in rows} == set(orders) and all(r.evaluated == 3 for r in rows)
+    with pytest.raises(ConfigError, match="parallel_stages"):
+        tiny_config(tiny_model_dir, ["fsm"], method_params={"fsm": {"init": "nearest"}},
+                    runner={"parallel_stages": 2})
 
 
 def test_method_config_errors():

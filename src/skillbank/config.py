@@ -246,6 +246,14 @@ class RunConfig(_Strict):
                     raise ConfigError(f"[method_train.{name}] {exc}") from None
             if len(set(cfg.methods)) != len(cfg.methods):
                 raise ConfigError(f"methods lists a method twice: {cfg.methods}")
+            if cfg.runner.parallel_stages > 1 and "fsm" in cfg.methods:
+                from skillbank.method_registry import method_class
+                fsm = cfg.method_params_for("fsm")
+                if not method_class("fsm").independent_of_order(fsm.model_dump()):
+                    raise ConfigError(f"[runner] parallel_stages = {cfg.runner.parallel_stages} needs executors "
+                                      f"that do not depend on each other; [method_params.fsm] init = {fsm.init!r} "
+                                      "starts each from earlier ones (set parallel_stages = 1, or init = 'fresh' "
+                                      "or 'neutral')")
             if cfg.eval.split == "validation" and not cfg.stream.has_validation:
                 raise ConfigError("[eval] split = 'validation' needs a validation split: set [stream] "
                                   "validation_per_family (or validation_fraction)")

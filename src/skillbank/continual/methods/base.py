@@ -138,6 +138,12 @@ class Method(ABC):
     first_stage_group: ClassVar[str | None] = None
 
     @classmethod
+    def independent_of_order(cls, params: dict) -> bool:
+        """Whether this method's states are shared across orders under ``params`` (a config's
+        ``[method_params.<name>]`` table): :attr:`order_independent` unless a parameter makes them depend on it."""
+        return cls.order_independent
+
+    @classmethod
     def first_stage_recipe(cls, train: TrainConfig, params: MethodParams) -> TrainConfig | None:
         """The recipe this method's first stage trains its group's shared adapter with under ``train`` and
         ``params`` (None: its first stage is its own). A sweep's cost estimate counts each once."""
