@@ -39,3 +39,17 @@ def test_results_are_kept_without_weights_and_a_run_continues_from_them(tmp_path
 def test_a_missing_source_is_refused(tmp_path, capsys):
     assert _script().main([str(tmp_path / "nope"), str(tmp_path / "out")]) == 2
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_the_bank_of_each_order_is_left_out(tmp_path):
+    """FSM started from earlier shards keeps a bank per order (methods/fsm/bank-<order>): weights, not results."""
+    src = tmp_path / "run"
+    files = {"config.json": "{}", "methods/fsm/O1/stage-01/eval.json": json.dumps({"order": ["a"]}),
+             "methods/fsm/O1/extra.json": "{}", "methods/fsm/bank-O1/bank.json": "{}",
+             "methods/fsm/bank-O1/shards/0001-a/adapter_config.json": "{}", "methods/fsm/bank/bank.json": "{}"}
+    for rel, text in files.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(text)
+    keep_results.keep(src, tmp_path / "kept")
+    kept = {p.relative_to(tmp_path / "kept").as_posix() for p in (tmp_path / "kept").rglob("*") if p.is_file()}
+    assert kept == {"config.json", "methods/fsm/O1/stage-01/eval.json", "methods/fsm/O1/extra.json"}

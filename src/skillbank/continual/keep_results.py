@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 
 SKIP_DIRS = {"state", "bank", "shared-stages", "pretrained", ".state-tmp"}
+#: a bank of one order (FSM started from earlier shards: ``bank-<order>``) is a bank too
+SKIP_PREFIXES = ("bank-",)
 KEEP_SUFFIXES = {".json", ".md", ".png"}
 STAGE = re.compile(r"stage-(\d+)$")
 
@@ -52,7 +54,8 @@ def keep(src: Path, dst: Path) -> tuple[int, int, list[Path]]:
     n, size = 0, 0
     for path in sorted(src.rglob("*")):
         rel = path.relative_to(src)
-        if not path.is_file() or SKIP_DIRS & set(rel.parts) or any(o in path.parents for o in skipped):
+        if not path.is_file() or SKIP_DIRS & set(rel.parts) or any(o in path.parents for o in skipped) \
+                or any(part.startswith(SKIP_PREFIXES) for part in rel.parts[:-1]):
             continue
         if path.suffix not in KEEP_SUFFIXES and not path.name.endswith("predictions.jsonl"):
             continue

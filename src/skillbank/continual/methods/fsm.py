@@ -54,8 +54,8 @@ class FSM(Method):
         from skillbank.memory.bank import SkillBank
         super().__init__(ctx, params)
         self.address_kind, self.address_params = self.params.resolve(ctx)
-        per_order = self.params.init in ORDER_DEPENDENT_INITS
-        bank_dir = ctx.workdir / (f"bank-{ctx.order_name}" if per_order else "bank")
+        self.per_order = self.params.init in ORDER_DEPENDENT_INITS
+        bank_dir = ctx.workdir / (f"bank-{ctx.order_name}" if self.per_order else "bank")
         if (bank_dir / "bank.json").is_file():
             self.bank = SkillBank.open(bank_dir, base=ctx.base)
         else:
@@ -73,8 +73,9 @@ class FSM(Method):
         self.address.partial_fit([r.request for r in records], family)
         entry = next(e for e in self.bank.manifest.shards if e.name == family)
         summary = dict(entry.training)
-        summary["reused_from_earlier_order"] = reused
-        if reused:  # trained in another order: no training time is spent in this one
+        # in a bank of its own the shard was trained in this order (by this process or one killed after it)
+        summary["reused_from_earlier_order"] = reused and not self.per_order
+        if summary["reused_from_earlier_order"]:  # trained in another order: no training time spent in this one
             summary["wall_seconds"] = 0.0
         return summary
 
