@@ -30,6 +30,8 @@ from skillbank.memory.shard_files import shard_file_problems
 
 WEIGHTS = "adapter_model.safetensors"
 INIT_CHOICES = ("fresh", "neutral", "previous", "nearest", "merge", "shard:NAME")
+#: the rules that choose among the shards already in the bank (so their result depends on what was learned before)
+EARLIER_SHARD_RULES = ("previous", "nearest", "merge")
 FRESH = {"init": "fresh"}
 #: how many of the nearest shards a merged start sums (fewer when the bank has fewer)
 MERGE_K = 3
@@ -146,7 +148,7 @@ def resolve_start(bank, family: str, init: str, requests: Sequence[str], cfg, *,
         return ensure_neutral_start(bank.execution, bank.manifest.base["digest"], cfg, progress=progress)
     candidates = [e for e in bank.manifest.shards
                   if not (replacing and e.name == family) and e.name not in exclude]
-    if rule == "fresh" or (rule in ("previous", "nearest", "merge") and not candidates):
+    if rule == "fresh" or (rule in EARLIER_SHARD_RULES and not candidates):
         return None, fresh()
     extra: dict = {}
     if rule == "merge":

@@ -26,6 +26,7 @@ from pydantic import Field
 from skillbank.data.records import Record
 from skillbank.continual.methods.base import AddressParams, Method, Query
 from skillbank.memory.address import load_selector, make_selector
+from skillbank.memory.lineage import EARLIER_SHARD_RULES
 from skillbank.model.prompts import render_prompt
 
 
@@ -36,9 +37,6 @@ class FSMParams(AddressParams):
         "merge of the three nearest (skillbank learn --init)")
 
 
-#: starts that read earlier stages' shards: each order trains its own executors
-ORDER_DEPENDENT_INITS = ("previous", "nearest", "merge")
-
 
 class FSM(Method):
     name = "fsm"
@@ -48,13 +46,14 @@ class FSM(Method):
 
     @classmethod
     def independent_of_order(cls, params: dict) -> bool:
-        return params.get("init", "fresh") not in ORDER_DEPENDENT_INITS
+        # a start from earlier stages' shards depends on the order: each order trains its own executors
+        return params.get("init", "fresh") not in EARLIER_SHARD_RULES
 
     def __init__(self, ctx, params=None):
         from skillbank.memory.bank import SkillBank
         super().__init__(ctx, params)
         self.address_kind, self.address_params = self.params.resolve(ctx)
-        self.per_order = self.params.init in ORDER_DEPENDENT_INITS
+        self.per_order = not self.independent_of_order(self.params.model_dump())
         bank_dir = ctx.workdir / (f"bank-{ctx.order_name}" if self.per_order else "bank")
         if (bank_dir / "bank.json").is_file():
             self.bank = SkillBank.open(bank_dir, base=ctx.base)
