@@ -3,6 +3,7 @@ logits, the torch-free tokenizer gives transformers' prompt ids, banks pick thei
 stale or damaged are rebuilt."""
 import json
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -194,6 +195,54 @@ def test_rows_that_join_a_running_batch_or_wait_for_room_decode_as_alone(real_ba
     assert [s.tokens for s in tight.decode_many(prompts, None, caps, stops)] == alone
 
 
+@pytest.mark.real_model
+def test_drafts_the_grammar_forces_keep_the_greedy_output_in_fewer_passes(real_base):
+    """Each pass also checks the tokens the row's grammar forces next (the rest of a skill name, a key): kept
+    only where the greedy pick equals them, so a plan is the one decoded a token a pass - alone and in a batch,
+    with about the same log-probability - in fewer forward passes."""
+    from skillbank.model.constrain import GrammarCache, SkillSpec, build_grammar
+    from skillbank.model.embedded import embedded_gguf_path, embedded_tokenizer_dir
+    from skillbank.model.light_tokenizer import LightTokenizer
+    from skillbank.model.llamacpp import LlamaCppDecoder
+    from skillbank.model.prompts import prompt_ids, stop_token_ids
+
+    tokenizer = LightTokenizer(embedded_tokenizer_dir())
+    stops = set(stop_token_ids(tokenizer))
+    decoder = LlamaCppDecoder(embedded_gguf_path(), threads=1, n_ctx=1024, width=4)
+    grammars = GrammarCache(tokenizer, stops, decoder.n_vocab)
+    grammar = build_grammar([SkillSpec("Demo::get_weather", ("city", "date")),
+                             SkillSpec("Demo::send_sms", ("content", "phone_number")),
+                             SkillSpec("Demo::set_alarm", ("time",))], "compact", "Demo::")
+    prompts = [prompt_ids(tokenizer, r) for r in REQUESTS]
+    bitmask = np.full((1, (decoder.n_vocab + 31) // 32), -1, dtype=np.int32)
+    passes = [0]
+    real_run = decoder._run
+
+    def counted(entries):
+        passes[0] += 1
+        return real_run(entries)
+
+    decoder._run = counted
+
+    def run(fed: int, many: bool):
+        decoder.draft_fed, passes[0] = fed, 0
+        matchers = [grammars.matcher(grammar) for _ in prompts]
+        if many:
+            steps = decoder.decode_many(prompts, None, 40, stops, matchers, bitmask, width=2)
+        else:
+            steps = [decoder.decode(p, None, 40, stops, m, bitmask) for p, m in zip(prompts, matchers)]
+        return [(s.tokens, s.stopped) for s in steps], [s.logprob for s in steps], passes[0]
+
+    for many in (False, True):
+        plain, plain_lp, plain_passes = run(1, many)
+        drafted, drafted_lp, drafted_passes = run(24, many)
+        # llama.cpp's kernels for a pass of several tokens round differently from one token's: the sums of
+        # log-probabilities agree to ~1%, the greedy picks exactly
+        assert drafted == plain and drafted_lp == pytest.approx(plain_lp, rel=0.02)
+        assert drafted_passes < 0.9 * plain_passes, (drafted_passes, plain_passes)  # prefills counted too
+        assert sum(len(t) for t, _ in plain) > 8 * len(prompts)  # plans, not stops at the first token
+
+
 def test_adapters_llama_cpp_cannot_apply_exactly_are_named(tmp_path):
     assert adapter_problems({"peft_type": "LORA", "target_modules": ["q_proj", "v_proj"]}) == []
     problems = adapter_problems({"use_dora": True, "bias": "all", "target_modules": ["q_proj", "lm_head"]})
@@ -242,6 +291,55 @@ def test_a_bank_on_the_embedded_base_plans_with_llama_cpp(real_base, small_strea
     [out] = runtime.generate([request], [key], max_new_tokens=12, constrain=True)
     assert out.shard == key and out.n_tokens > 0 and not runtime.merged
     assert any(p.stem == runtime.loaded[key] for p in runtime.adapter_cache().glob("*.gguf"))
+
+
+@pytest.mark.real_model
+def test_shards_of_one_batch_decode_side_by_side_as_one_after_another(real_base, small_stream, tmp_path, monkeypatch):
+    """A batch routed to two shards decodes the two groups in two lanes, a thread each: the same plans as one
+    group after the other; a lane's model is never unloaded while it decodes, even beyond the resident limit,
+    which holds again once the lanes are done."""
+    from skillbank.memory.execution_llamacpp import LlamaCppExecution
+    from skillbank.train.executor import TrainConfig, top_layers
+
+    bank = SkillBank.create(tmp_path / "bank", base=real_base)
+    cfg = TrainConfig(epochs=1, batch_size=2, rank=4, dropout=0.0, target_format="compact",
+                      layers_to_transform=top_layers(real_base.num_layers, 2), target_modules=("q_proj", "v_proj"))
+    families = ["t3_retrieval_understanding", "t5_generation_editing"]  # not learned into real_base by the others
+    for key in families:
+        bank.learn(key, small_stream.train[key][:2], cfg, skills=small_stream.catalog.family(key).skills,
+                   progress=False)
+    requests = [r.request for key in families for r in small_stream.test[key][:2]]
+    shards = [key for key in families for _ in range(2)]
+
+    def plans(lanes: str) -> tuple[list[str], int]:
+        monkeypatch.setenv("SKILLBANK_LANES", lanes)
+        engine = LlamaCppExecution(tmp_path / "bank", lambda: bank.manifest, reference=lambda: None, threads=2,
+                                   merged_resident=1)
+        most = [0]
+        real_acquire = engine._acquire
+
+        def acquire(*args):
+            out = real_acquire(*args)
+            most[0] = max(most[0], len(engine.loaded))
+            return out
+
+        engine._acquire = acquire
+        if lanes != "1":  # each lane holds its model until the other has loaded its own
+            both, real_release = threading.Barrier(2), engine._release
+            engine._release = lambda *args: (both.wait(timeout=120), real_release(*args))
+        outs = engine.generate(requests, shards, batch_size=4, max_new_tokens=16)
+        assert len(engine.loaded) == 1 and not engine._in_use
+        return [o.text for o in outs], most[0]
+
+    one_by_one, most = plans("1")
+    assert most == 1
+    side_by_side, most = plans("")
+    assert side_by_side == one_by_one and most == 2
+
+    monkeypatch.setenv("SKILLBANK_LANES", "two")
+    engine = LlamaCppExecution(tmp_path / "bank", lambda: bank.manifest, reference=lambda: None, threads=2)
+    with pytest.raises(BankError, match="SKILLBANK_LANES='two'"):
+        engine.generate(requests, shards, max_new_tokens=4)
 
 
 @pytest.mark.real_model

@@ -17,8 +17,10 @@ each shard's adapter converted to llama.cpp's LoRA GGUF (:func:`~skillbank.model
 It answers :meth:`generate` and :meth:`length_problems` like :class:`~skillbank.memory.execution.ExecutionMemory`,
 so the planner does not know which engine it has. Requests are grouped by shard (llama.cpp applies one set of
 adapters per forward pass), each decoded under its shard's grammar: a group's rows advance together, a lone
-request reuses the KV cache of the prompt head it shares with the shard's previous one. A shard whose adapter llama.cpp cannot apply exactly (a DoRA, a
-LoRA bias, a module it does not map) is served by the reference engine, with a warning naming the shard.
+request reuses the KV cache of the prompt head it shares with the shard's previous one, and the groups of a
+batch that spans several shards decode side by side, one lane per core (:meth:`LlamaCppExecution.lanes`). A
+shard whose adapter llama.cpp cannot apply exactly (a DoRA, a LoRA bias, a module it does not map) is served by
+the reference engine, with a warning naming the shard.
 
 It applies only to banks on the embedded base: other bases have no GGUF here (``SkillBank.open`` picks the
 reference engine for them).
@@ -28,8 +30,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -43,14 +46,14 @@ from skillbank.memory.execution import (ShardOutput, copies_values, grammars_kep
 from skillbank.memory.shard_files import shard_file_problems
 from skillbank.model.embedded import EMBEDDED, embedded_gguf_path, embedded_identity, embedded_tokenizer_dir
 from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS, GenerationStats
-from skillbank.model.llamacpp import LlamaCppDecoder, UnsupportedAdapter, adapter_key, available, \
+from skillbank.model.llamacpp import DRAFT_FED, LlamaCppDecoder, UnsupportedAdapter, adapter_key, available, \
     convert_lora, merge_lora, read_shape
 from skillbank.model.prompts import prompt_ids, stop_token_ids
 from skillbank.model.serialization import decode_output
 
 ENGINES = ("auto", "llama.cpp", "torch")
 log = logging.getLogger("skillbank")
-MERGED_RESIDENT = 3  # merged models kept loaded (~300 MB each: ~110 MB of weights, an 8,192-token KV cache)
+MERGED_RESIDENT = 6  # merged models kept loaded (~300 MB each: ~110 MB of weights, an 8,192-token KV cache)
 CONTEXT_TOKENS = 8192  # the embedded base's training context: 16 batched rows of a few hundred tokens each
 
 
@@ -126,6 +129,9 @@ class LlamaCppExecution:
         self._bitmask = np.full((1, (self.n_vocab + 31) // 32), -1, dtype=np.int32)
         self.stats = GenerationStats()
         self.conversions = 0
+        self.draft_fed = DRAFT_FED  # tokens a pass may feed with grammar drafts (1: none; LlamaCppDecoder._draft)
+        self._lock = threading.RLock()  # lanes load and unload shards one at a time
+        self._in_use: Counter[str] = Counter()  # shard -> lanes decoding with it now (never unloaded then)
 
     # -- shards ------------------------------------------------------------------------------
     def _entries(self) -> dict:
@@ -180,12 +186,94 @@ class LlamaCppExecution:
         except ModelError as exc:
             raise BankError(f"shard {name!r}: its llama.cpp form does not load ({exc})") from exc
         self.loaded[name] = key
+        self._trim_loaded()
+        return (self.merged[name], None) if self.merge else (self.base, name)
+
+    def _trim_loaded(self) -> None:
+        """Unload the least recently used shards beyond the resident limit, never one a lane is decoding with
+        (the limit is then exceeded until that lane is done: :meth:`_release` trims again)."""
         limit = self.max_resident
         if self.merge:  # a loaded merged model is a whole model and its cache, not an adapter's few MB
             limit = self.merged_resident if limit is None else min(limit, self.merged_resident)
         while limit is not None and len(self.loaded) > limit:
-            self._drop(next(iter(self.loaded)))
-        return (self.merged[name], None) if self.merge else (self.base, name)
+            newest = next(reversed(self.loaded))
+            victim = next((n for n in self.loaded if n != newest and not self._in_use[n]), None)
+            if victim is None:
+                break
+            self._drop(victim)
+
+    # -- lanes: several shards' groups decoded side by side ----------------------------------------------
+    def lanes(self, groups: int) -> int:
+        """How many shard groups decode side by side: one per thread, at most one per group. llama.cpp spreads a
+        forward pass of this small model over two threads poorly at a few rows (two one-thread decoders side by
+        side fed 160 / 195 / 223 tokens/s at 1 / 4 / 8 rows against 111 / 164 / 192 for one two-thread decoder,
+        ``bench/llamacpp_batches.py``), so the groups of a mixed batch run one per core. One decoder with runtime adapters
+        (``merge=False``) is one lane. ``$SKILLBANK_LANES`` caps the count (1: one group after another)."""
+        if not self.merge or groups < 2:
+            return 1
+        cap = os.environ.get("SKILLBANK_LANES", "").strip()
+        try:
+            most = int(cap) if cap else self.threads
+        except ValueError:
+            raise BankError(f"SKILLBANK_LANES={cap!r} is not a whole number") from None
+        return max(1, min(groups, self.threads, most))
+
+    def _acquire(self, name: str, entry, threads: Callable[[], int] | None = None):
+        """:meth:`_ensure` for a lane: the decoder stays loaded until :meth:`_release`, computing with
+        ``threads()`` threads (None: all of the engine's)."""
+        with self._lock:
+            serving = self._ensure(name, entry)
+            if serving is not None:
+                self._in_use[name] += 1
+                decoder = serving[0]
+                decoder.draft_fed = self.draft_fed
+                decoder.threads_now = threads
+                decoder.set_threads(threads() if threads is not None else self.threads)
+            return serving
+
+    def _release(self, name: str, decoder: LlamaCppDecoder) -> None:
+        with self._lock:
+            decoder.threads_now = None
+            decoder.set_threads(self.threads)  # a lone plan after the lanes computes with every thread
+            self._in_use[name] -= 1
+            if self._in_use[name] <= 0:
+                del self._in_use[name]
+            self._trim_loaded()
+
+    def _parallel(self, order: list[tuple[str, list[int]]], lanes: int, run: Callable) -> None:
+        """Decode ``order``'s shard groups on ``lanes`` threads, each taking the next group when done. The
+        engine's threads are shared among the lanes still decoding, re-read before every forward pass, so the
+        last lane computes with all of them."""
+        pending, errors, active = list(order), [], [lanes]
+        lock = threading.Lock()
+
+        def share(lane: int) -> int:
+            n = max(1, active[0])
+            return self.threads // n + (1 if lane < self.threads % n else 0)
+
+        def lane_loop(lane: int) -> None:
+            bitmask = np.full_like(self._bitmask, -1)  # each lane fills its own grammar mask
+            try:
+                while True:
+                    with lock:
+                        if not pending or errors:
+                            return
+                        name, idx = pending.pop(0)
+                    run(name, idx, bitmask, lambda: share(lane))
+            except BaseException as exc:  # raised again in the calling thread
+                errors.append(exc)
+            finally:
+                with lock:
+                    active[0] -= 1
+
+        workers = [threading.Thread(target=lane_loop, args=(k,), name=f"skillbank-lane-{k}", daemon=True)
+                   for k in range(lanes)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        if errors:
+            raise errors[0]
 
     def decoder_for(self, name: str) -> tuple[LlamaCppDecoder, str | None] | None:
         """What decodes shard ``name`` now: (its decoder, the adapter to apply or None when merged); None when the
@@ -282,35 +370,52 @@ class LlamaCppExecution:
         for i, name in enumerate(shards):
             groups.setdefault(name, []).append(i)
         by_reference: list[int] = []
-        t0, tokens, done = time.perf_counter(), 0, 0
-        for name, idx in groups.items():
+        t0, done = time.perf_counter(), [0, 0]  # requests, tokens
+        report = threading.Lock()
+
+        def run(name: str, idx: list[int], bitmask: np.ndarray, threads: Callable[[], int] | None = None) -> None:
             entry = entries[name]
-            serving = self._ensure(name, entry)
+            serving = self._acquire(name, entry, threads)
             if serving is None:
-                by_reference += idx
-                continue
+                with report:
+                    by_reference.extend(idx)
+                return
             decoder, adapter = serving
-            matchers = [None] * len(idx)
-            if constrain:
-                copy = copies_values(entry, copy_values)
-                matchers = [self.grammars_compiled.matcher(self.grammar(name, entry, requests[i] if copy else None))
-                            for i in idx]
-            prompts = [prompt_ids(self.tokenizer, requests[i], entry.system_prompt) for i in idx]
-            if len(idx) == 1 or batch_size == 1:
-                steps = [decoder.decode(p, adapter, cap, self.stops, m, self._bitmask) for p, m in zip(prompts, matchers)]
-            else:
-                steps = decoder.decode_many(prompts, adapter, cap, self.stops, matchers, self._bitmask,
-                                            width=batch_size)
-            for i, step in zip(idx, steps):
-                results[i] = self.step_output(name, entry, step, constrain)
-                tokens += results[i].n_tokens
-            done += len(idx)
-            if progress:
-                elapsed = time.perf_counter() - t0
-                print(f"\rgenerate {done}/{len(requests)}  {tokens / elapsed:.1f} tok/s  {elapsed:.0f}s elapsed",
-                      end="", file=sys.stderr, flush=True)
+            try:
+                matchers = [None] * len(idx)
+                if constrain:
+                    copy = copies_values(entry, copy_values)
+                    with self._lock:  # the grammar caches are shared by the lanes
+                        matchers = [self.grammars_compiled.matcher(self.grammar(name, entry, requests[i] if copy
+                                                                                else None)) for i in idx]
+                prompts = [prompt_ids(self.tokenizer, requests[i], entry.system_prompt) for i in idx]
+                if len(idx) == 1 or batch_size == 1:
+                    steps = [decoder.decode(p, adapter, cap, self.stops, m, bitmask) for p, m in zip(prompts, matchers)]
+                else:
+                    steps = decoder.decode_many(prompts, adapter, cap, self.stops, matchers, bitmask, width=batch_size)
+            finally:
+                self._release(name, decoder)
+            with report:
+                for i, step in zip(idx, steps):
+                    results[i] = self.step_output(name, entry, step, constrain)
+                    done[1] += results[i].n_tokens
+                done[0] += len(idx)
+                if progress:
+                    elapsed = time.perf_counter() - t0
+                    print(f"\rgenerate {done[0]}/{len(requests)}  {done[1] / elapsed:.1f} tok/s  {elapsed:.0f}s elapsed",
+                          end="", file=sys.stderr, flush=True)
+
+        # The largest groups first: with lanes side by side, the last lane to finish then has the least left.
+        order = sorted(groups.items(), key=lambda kv: -len(kv[1]))
+        lanes = self.lanes(len(order))
+        if lanes == 1:
+            for name, idx in order:
+                run(name, idx, self._bitmask)
+        else:
+            self._parallel(order, lanes, run)
         if progress:
             print(file=sys.stderr)
+        tokens = done[1]
         self.stats.prompts += len(requests) - len(by_reference)
         self.stats.generated_tokens += tokens
         self.stats.seconds += time.perf_counter() - t0

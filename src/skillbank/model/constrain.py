@@ -411,6 +411,11 @@ class RowMatcher:
         :meth:`fill`."""
         return None
 
+    def forced(self) -> list[int]:
+        """Tokens the grammar admits as the only way on from here (a skill name's rest, a key, punctuation), as
+        a draft for the decoder to check; [] where there are none or the backend cannot tell."""
+        return []
+
 
 class _LLGuidanceRow(RowMatcher):
     def __init__(self, matcher):
@@ -428,6 +433,9 @@ class _LLGuidanceRow(RowMatcher):
 
     def allows(self, token):
         return self.m.validate_tokens([token]) == 1  # ~2 us; a whole mask takes ~70 us
+
+    def forced(self):
+        return self.m.compute_ff_tokens()
 
     @property
     def error(self):
@@ -455,6 +463,9 @@ class _PlanRow(RowMatcher):
 
     def allows(self, token):
         return self.row.allows(token)
+
+    def forced(self):
+        return self.row.forced()
 
     def consume(self, token):
         if not self.row.consume(token):

@@ -22,6 +22,9 @@ What this module does:
   together (rows advancing in one forward pass, their common head shared) -, each step's logits masked by
   the row's grammar matcher (the same llguidance matchers as the reference path) and the arg-max picked, the
   log-probability read before masking - the arithmetic of :class:`~skillbank.model.decode.RowBatch`, row by row.
+  Each forward pass also checks the tokens the row's grammar forces next (a skill name's rest, a key): one is
+  kept only where the greedy pick from the logits of the pass equals it, so the output is the greedy one, in
+  fewer passes (speculative decoding whose drafts cost no model).
 
 Numerics: llama.cpp multiplies the Q4_1 weights with 8-bit-quantized activations, the reference path with the
 float32 dequantized weights, so logits differ in the last digits and a near-tie may pick differently.
@@ -304,6 +307,14 @@ def _library():
     return L
 
 
+# Drafts checked in a forward pass. A pass over a few tokens costs less than as many passes over one
+# (bench/llamacpp_batches.py, one decoder, two threads: 7.9 ms for 1 token, 13.7 for 2, 24.1 for 4; 16 rows of one
+# token 72 ms), so drafts fill a pass up to DRAFT_FED tokens and stop where the rows alone fill it (a rejected
+# draft then costs compute).
+DRAFT_FED = 24
+DRAFT_MAX = 8  # draft tokens per row and pass
+
+
 class _Row:
     """A prompt being decoded in a batch: its sequence in the KV cache, position, tokens so far."""
 
@@ -345,6 +356,11 @@ class LlamaCppDecoder:
         self.memory = L.llama_get_memory(self.ctx)
         self.batch = L.llama_batch_init(max(n_batch, width), 0, 1)
         self.adapters: dict[str, object] = {}
+        self.threads = threads  # what the context computes with now (see set_threads)
+        self.draft_fed = DRAFT_FED  # tokens a pass may feed with drafts (1: no drafts, one token a row and pass)
+        #: asked before every forward pass for the threads to use (None: keep ``threads``): several decoders that
+        #: run side by side share the cores this way, and one whose neighbours finished takes their threads back
+        self.threads_now: Callable[[], int] | None = None
         self._current: str | None = None  # adapter the KV cache below was computed with
         self._cached: list[int] = []  # tokens whose keys/values the context holds (sequence 0)
 
@@ -409,9 +425,18 @@ class LlamaCppDecoder:
         self.L.llama_memory_seq_rm(self.memory, 0, pos, -1)
         del self._cached[pos:]
 
+    def set_threads(self, n: int) -> None:
+        """Compute the next forward passes with ``n`` threads (llama.cpp reads it at each decode call)."""
+        n = max(1, int(n))
+        if n != self.threads:
+            self.L.llama_set_n_threads(self.ctx, n, n)
+            self.threads = n
+
     def _run(self, entries: Sequence[tuple[int, int, int, bool]]) -> None:
         """One forward pass over ``entries`` (token, position, sequence, wants logits)."""
         L, b = self.L, self.batch
+        if self.threads_now is not None:
+            self.set_threads(self.threads_now())
         for i, (token, pos, seq, wants) in enumerate(entries):
             b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = token, pos, 1, wants
             b.seq_id[i][0] = seq
@@ -462,6 +487,38 @@ class LlamaCppDecoder:
             raise ModelError(f"{len(prompt)} prompt tokens + {cap} to generate exceed the context "
                              f"({self.n_ctx} tokens)")
 
+    def _draft(self, row: _Row, room: int) -> list[int]:
+        """Up to ``room`` tokens to check after ``row``'s last pick in the same pass: what its grammar forces next
+        (the rest of a skill name, a key, the punctuation around them), never more than the row may still
+        generate. Tokens that follow the row's last two where they occur in the request were tried as drafts
+        too and cost more than they saved (``scripts/draft_probe.py``; docs/decoding.md)."""
+        room = min(room, DRAFT_MAX, row.cap - len(row.tokens) - 1)
+        if room <= 0 or row.matcher is None:
+            return []
+        return list(row.matcher.forced()[:room])
+
+    def _feed(self, row: _Row, draft: list[int]) -> list[tuple[int, int, int, bool]]:
+        """The entries of a pass for ``row``: its last pick, then the draft, each wanting logits."""
+        return [(t, row.pos + k, row.seq, True) for k, t in enumerate([row.tokens[-1]] + draft)]
+
+    def _verify(self, row: _Row, first: int, draft: list[int], bitmask, stops: set[int]) -> Step | None:
+        """After a pass that fed ``row``'s last pick and ``draft`` (outputs ``first``...): pick from each
+        output's logits in turn while the pick equals the draft token fed after it; the cells of draft tokens
+        not taken are dropped. The row's Step once it has ended."""
+        taken = 0
+        for k in range(len(draft) + 1):
+            row.logits = self._logits(first + k)
+            step = self._pick(row, bitmask, row.cap, stops)
+            if step is not None:
+                return step
+            if k == len(draft) or row.tokens[-1] != draft[k]:
+                break
+            taken += 1
+        row.pos += 1 + taken
+        if taken < len(draft):
+            self.L.llama_memory_seq_rm(self.memory, row.seq, row.pos, -1)
+        return None
+
     def decode(self, prompt: list[int], adapter: str | None, cap: int, stops: set[int], matcher=None,
                bitmask: np.ndarray | None = None) -> Step:
         """Greedy-decode ``prompt`` with ``adapter`` (None: the bare base) for at most ``cap`` tokens, reusing the
@@ -475,15 +532,16 @@ class LlamaCppDecoder:
             same += 1
         self._forget_from(same)
         row = _Row(0, 0, len(prompt), matcher, self._prefill(prompt[same:], same, 0))
+        row.cap = cap
         self._cached = list(prompt)
-        while True:
-            step = self._pick(row, bitmask, cap, stops)
-            if step is not None:
-                self._cached += row.tokens[:-1]  # the last pick was never fed
-                return step
-            self._run([(row.tokens[-1], row.pos, 0, True)])
-            row.pos += 1
-            row.logits = self._logits(0)
+        step = self._pick(row, bitmask, cap, stops)
+        while step is None:
+            draft = self._draft(row, self.draft_fed - 1)
+            self._run(self._feed(row, draft))
+            step = self._verify(row, 0, draft, bitmask, stops)
+        self._cached += row.tokens[:-1]  # the last pick was never fed
+        self.L.llama_memory_seq_rm(self.memory, 0, len(self._cached), -1)  # nor the drafts after it
+        return step
 
     def decode_many(self, prompts: Sequence[list[int]], adapter: str | None, cap: int | Sequence[int],
                     stops: set[int], matchers: Sequence | None = None, bitmask: np.ndarray | None = None,
@@ -526,6 +584,15 @@ class LlamaCppDecoder:
             p = prompts[i]
             return head if head and len(p) > head and p[:head] == head_tokens else 0
 
+        def finish(row: _Row, step: Step) -> None:
+            nonlocal held
+            results[row.index] = step
+            self.L.llama_memory_seq_rm(self.memory, row.seq, -1, -1)
+            free.append(row.seq)
+            held -= row.need
+            if on_done is not None:
+                on_done(row.index, step)
+
         try:
             while True:
                 if feed is not None:
@@ -552,32 +619,33 @@ class LlamaCppDecoder:
                     seq = free.pop()
                     if start:
                         self.L.llama_memory_seq_cp(self.memory, shared, seq, -1, -1)
-                    logits = self._prefill(prompts[i][start:], start, seq)
-                    row = _Row(i, seq, len(prompts[i]), matchers[i], logits)
+                    row = _Row(i, seq, len(prompts[i]), matchers[i], self._prefill(prompts[i][start:], start, seq))
                     row.need, row.cap = need, caps[i]
                     held += need
-                    live.append(row)
-                still = []
-                for row in live:
                     step = self._pick(row, bitmask, row.cap, stops)
                     if step is None:
-                        still.append(row)
-                        continue
-                    results[row.index] = step
-                    self.L.llama_memory_seq_rm(self.memory, row.seq, -1, -1)
-                    free.append(row.seq)
-                    held -= row.need
-                    if on_done is not None:
-                        on_done(row.index, step)
-                live = still
+                        live.append(row)
+                    else:
+                        finish(row, step)
                 if not live:
                     continue
-                self._run([(row.tokens[-1], row.pos, row.seq, True) for row in live])
-                for k, row in enumerate(live):
-                    row.pos += 1
-                    row.logits = self._logits(k).copy()  # a joining row's prefill reuses llama.cpp's buffer
+                entries, drafts = [], []
+                for row in live:  # drafts only while the rows' own tokens leave room in the pass
+                    draft = self._draft(row, self.draft_fed - len(live) - sum(map(len, drafts)))
+                    drafts.append(draft)
+                    entries += self._feed(row, draft)
+                self._run(entries)
+                still, first = [], 0
+                for row, draft in zip(live, drafts):
+                    step = self._verify(row, first, draft, bitmask, stops)
+                    first += 1 + len(draft)
+                    if step is None:
+                        still.append(row)
+                    else:
+                        finish(row, step)
+                live = still
                 if on_step is not None:
-                    on_step(len(live))
+                    on_step(len(drafts))  # the rows of this pass
         finally:
             self._clear()  # the single-prompt cache no longer describes sequence 0
         return results  # type: ignore[return-value]
