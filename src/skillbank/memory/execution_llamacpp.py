@@ -356,7 +356,7 @@ class LlamaCppExecution:
         """Generate request ``i`` with shard ``shards[i]``; outputs in input order. Requests are grouped by shard
         (llama.cpp applies one set of adapters per forward pass); a group decodes up to ``batch_size`` rows per
         pass (:meth:`~skillbank.model.llamacpp.LlamaCppDecoder.decode_many`), a lone request alone, reusing the
-        cached prompt head of the shard's previous request."""
+        cached prompt head of the shard's previous request; the groups decode side by side in :meth:`lanes`."""
         if len(requests) != len(shards):
             raise BankError(f"got {len(requests)} requests but {len(shards)} shard names")
         entries = self._entries()
@@ -415,9 +415,8 @@ class LlamaCppExecution:
             self._parallel(order, lanes, run)
         if progress:
             print(file=sys.stderr)
-        tokens = done[1]
         self.stats.prompts += len(requests) - len(by_reference)
-        self.stats.generated_tokens += tokens
+        self.stats.generated_tokens += done[1]
         self.stats.seconds += time.perf_counter() - t0
         if by_reference:
             outs = self.reference().generate([requests[i] for i in by_reference], [shards[i] for i in by_reference],

@@ -629,9 +629,10 @@ class LlamaCppDecoder:
                         finish(row, step)
                 if not live:
                     continue
-                entries, drafts = [], []
+                entries, drafts, room = [], [], self.draft_fed - len(live)
                 for row in live:  # drafts only while the rows' own tokens leave room in the pass
-                    draft = self._draft(row, self.draft_fed - len(live) - sum(map(len, drafts)))
+                    draft = self._draft(row, room)
+                    room -= len(draft)
                     drafts.append(draft)
                     entries += self._feed(row, draft)
                 self._run(entries)
