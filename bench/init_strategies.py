@@ -10,7 +10,8 @@ then planned on:
 
 - the template held-out requests, routed by its own Address Memory (what a user gets) and with the right shard
   forced (Oracle: the executors alone), per family and as the macro mean over families;
-- the hand-written development sets (``tests/fixtures/paraphrase_builtin*.jsonl``), routed;
+- the hand-written development sets (``tests/fixtures/paraphrase_builtin*.jsonl``), routed and with the right
+  shard forced;
 
 with the scope gate off (every request planned), the grammar on and values decoded freely (``copy_values=False``,
 as every bank made before copied values existed plans). The learning time of each family is the
@@ -37,6 +38,8 @@ from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 DEV = ["paraphrase_builtin", "paraphrase_builtin_holdout", "paraphrase_builtin_short"]
+ALL_RULES = "fresh,neutral,previous,nearest"
+NO_RULES = ""
 
 
 def make_bank(path: Path, rule: str, run, stream, first_from: Path | None, order: str = "O1",
@@ -103,6 +106,12 @@ def evaluate(path: Path, stream, batch_size: int) -> dict:
     dev = [r for r in dev if r.family in bank.shard_names]
     plans = bank.plan([r.request for r in dev], scope=False, batch_size=batch_size, copy_values=False)
     out["handwritten_dev"] = {"n": len(dev), "em": round(100 * sum(graph_em(dev, plans)) / len(dev), 1)}
+    # the executors alone on them (each request planned by its own family's shard): comparable across routers
+    oracle = [p for family in sorted({r.family for r in dev})
+              for p in zip([r for r in dev if r.family == family],
+                           bank.plan([r.request for r in dev if r.family == family], shard=family,
+                                     batch_size=batch_size, copy_values=False))]
+    out["handwritten_dev"]["oracle_em"] = round(100 * sum(graph_em(*zip(*oracle))) / len(dev), 1)
     out["plan_seconds"] = round(time.perf_counter() - t0, 1)
     seconds = path / "learn_seconds.json"
     if seconds.is_file():
@@ -113,7 +122,8 @@ def evaluate(path: Path, stream, batch_size: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--banks", type=Path, required=True, help="one bank per rule is made (or reused) here")
-    ap.add_argument("--rules", default="fresh,neutral,previous,nearest", help="comma-separated --init rules")
+    ap.add_argument("--rules", default=NO_RULES, help="comma-separated --init rules (default with --evaluate: none; "
+                    f"without: {ALL_RULES})")
     ap.add_argument("--order", default="O1", help="the order families arrive in (O1, O2: the paper's two); a rule's "
                     "figures in another order than O1 are kept as RULE@ORDER")
     ap.add_argument("--first-from", type=Path, default=None,
@@ -126,6 +136,9 @@ def main() -> None:
     ap.add_argument("--neutral-size", default=None, metavar="FAMILIESxPER_FAMILY",
                     help="the neutral start's training set (default: skillbank.memory.neutral's 20x10); the rule's "
                          "figures are then kept as neutral-FxP")
+    ap.add_argument("--evaluate", action="append", default=[], metavar="NAME=BANK",
+                    help="also evaluate a bank made elsewhere (e.g. the demo's, runs/demo/methods/fsm/bank) under NAME, "
+                         "learning nothing; its routed figures are its own router's")
     ap.add_argument("--scope-encoder", default=None, choices=["none"],
                     help="none: banks with word statistics alone and the lexical Address Memory (no sentence "
                          "encoder needed, as on a machine without the MiniLM wheel)")
@@ -150,8 +163,16 @@ def main() -> None:
     report = {"recipe": run.name, "families": stream.family_keys, "rules": {}}
     if args.json and args.json.is_file():
         report["rules"] = json.loads(args.json.read_text()).get("rules", {})
+    for spec in args.evaluate:
+        name, sep, bank_path = spec.partition("=")
+        if not sep or not (Path(bank_path) / "bank.json").is_file():
+            ap.error(f"--evaluate takes NAME=BANK with a bank at BANK; got {spec!r}")
+        report["rules"][name] = row = evaluate(Path(bank_path), stream, args.batch_size)
+        print(f"[{name}] macro EM routed {row['routed_macro']}, oracle {row['oracle_macro']}; hand-written dev "
+              f"{row['handwritten_dev']['em']} (Oracle {row['handwritten_dev']['oracle_em']})", flush=True)
     fresh = args.first_from or args.banks / "fresh"
-    for rule in args.rules.split(","):
+    rules = args.rules or ("" if args.evaluate else ALL_RULES)
+    for rule in (r for r in rules.split(",") if r):
         name = neutral_name if rule == "neutral" else rule
         path = args.banks / name
         if not (path / "bank.json").is_file():
@@ -161,7 +182,7 @@ def main() -> None:
         report["rules"][key] = row = evaluate(path, stream, args.batch_size)
         row["order"] = stream.order(args.order)
         print(f"[{key}] macro EM routed {row['routed_macro']}, oracle {row['oracle_macro']}; hand-written dev "
-              f"{row['handwritten_dev']['em']} (n={row['handwritten_dev']['n']}); per family oracle "
+              f"{row['handwritten_dev']['em']} (Oracle {row['handwritten_dev']['oracle_em']}; n={row['handwritten_dev']['n']}); per family oracle "
               f"{row['oracle']}", flush=True)
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)

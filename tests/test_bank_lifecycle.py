@@ -36,7 +36,9 @@ def invoke(*args, input=None):
 
 
 def learn(bank, stream, key):
-    return bank.learn(key, stream.train[key], CFG, catalog=stream.catalog, progress=False)
+    # independent shards (the paper's start): what these tests forget and relearn alone; the default start
+    # (a merge of earlier shards) and its descendants are tested in test_lineage.py
+    return bank.learn(key, stream.train[key], CFG, catalog=stream.catalog, progress=False, init="fresh")
 
 
 def held_out(stream, *keys):
@@ -82,13 +84,13 @@ def test_relearn_replaces_a_family_in_place(tmp_path, base, other_base, tiny_mod
     learn(bank, small_stream, k1)
     old = learn(bank, small_stream, k2)
     fewer = small_stream.train[k2][:3]
-    new = bank.relearn(k2, fewer, CFG, catalog=small_stream.catalog, progress=False)
+    new = bank.relearn(k2, fewer, CFG, catalog=small_stream.catalog, progress=False, init="fresh")
     assert bank.shard_names == [k1, k2] and new.dir != old.dir and not (tmp_path / "bank" / old.dir).exists()
     assert new.training["examples"] == 3
     # the Address Memory holds exactly the new version's statistics
     ref = SkillBank.create(tmp_path / "ref", base=other_base)
     learn(ref, small_stream, k1)
-    ref.learn(k2, fewer, CFG, catalog=small_stream.catalog, progress=False)
+    ref.learn(k2, fewer, CFG, catalog=small_stream.catalog, progress=False, init="fresh")
     probe = held_out(small_stream, k1, k2)
     np.testing.assert_allclose(bank.address.predict_proba(probe), ref.address.predict_proba(probe))
     np.testing.assert_allclose(bank.scope.score(probe), ref.scope.score(probe))
@@ -155,7 +157,7 @@ def test_plan_refuses_what_no_family_covers(tmp_path, base, small_stream):
     assert json.loads((tmp_path / "bank" / "bank.json").read_text())["scope_params"] == {
         **ScopeDetector().get_params(), "quantile": 0.1, "encoder": DEFAULT_ENCODER}
     for k in keys:
-        bank.learn(k, small_stream.train[k], CFG, catalog=small_stream.catalog, progress=False)
+        bank.learn(k, small_stream.train[k], CFG, catalog=small_stream.catalog, progress=False, init="fresh")
     inside = [r.request for k in keys for r in small_stream.train[k]][:6]
     plans = bank.plan(inside + OFF_DOMAIN, max_new_tokens=MAX_NEW)
     off = plans[len(inside):]

@@ -29,6 +29,7 @@ def other_base(tiny_model_dir):
 
 
 def learn(bank, stream, key, cfg=CFG, **kw):
+    kw.setdefault("init", "fresh")  # each test names the start it is about
     return bank.learn(key, stream.train[key], cfg, catalog=stream.catalog, progress=False, **kw)
 
 
@@ -86,6 +87,26 @@ def test_a_new_shard_starts_from_the_named_shards_weights(tmp_path, base, small_
     assert shards[k1]["lineage"] == {"init": "fresh"} and shards[k3]["lineage"] == {"init": "fresh"}
     assert shards[k2]["lineage"]["from"] == k1 and shards[k2]["lineage"]["start_current"] is True
     assert SkillBank.open_offline(tmp_path / "bank")._entry(k2).lineage == entry.lineage
+
+
+def test_a_warm_start_trains_warm_epochs_and_keeps_the_whole_recipe(tmp_path, base, small_stream):
+    """warm_epochs counts the passes of a shard that starts from earlier learning; a fresh shard keeps epochs,
+    and a relearn from scratch reads the recorded recipe, not the warm one."""
+    k1, k2, k3 = small_stream.family_keys[:3]
+    cfg = TrainConfig(epochs=2, warm_epochs=1, batch_size=3, target_format="compact", seed=0)
+    bank = SkillBank.create(tmp_path / "bank", base=base)
+    fresh = learn(bank, small_stream, k1, cfg).training
+    warm = learn(bank, small_stream, k2, cfg, init="previous").training
+    per_epoch = -(-len(small_stream.train[k2]) // cfg.batch_size)
+    assert (fresh["epochs"], warm["epochs"]) == (2, 1)
+    assert warm["steps"] == per_epoch and fresh["steps"] == 2 * -(-len(small_stream.train[k1]) // cfg.batch_size)
+    assert warm["config"]["epochs"] == 2 and warm["config"]["warm_epochs"] == 1
+    again = bank.relearn(k2, small_stream.train[k2], catalog=small_stream.catalog, progress=False, init="fresh")
+    assert again.training["epochs"] == 2  # fresh: the recorded recipe's epochs, not the warm ones it trained
+    default = bank.learn(k3, small_stream.train[k3], cfg, catalog=small_stream.catalog, progress=False)
+    assert default.lineage["init"] == "merge" and default.training["epochs"] == 1  # the default start is warm
+    with pytest.raises(ModelError, match="warm_epochs"):
+        TrainConfig(warm_epochs=0)
 
 
 def test_previous_and_nearest_choose_their_start(tmp_path, base, small_stream, spy_fit):
@@ -266,14 +287,14 @@ def test_relearn_of_a_family_with_descendants(tmp_path, base, other_base, small_
     assert info[k1]["from"] == k3 and info[k1]["start_current"] is True
     assert bank.descendants(k3) == [k1, k2]  # k2 still carries what the old k1 learned
     # forget: the descendants go in the same publish, exactly
-    bank.relearn(k1, fewer, CFG, progress=False, descendants="forget")
+    bank.relearn(k1, fewer, CFG, progress=False, descendants="forget", init="fresh")
     assert bank.shard_names == [k1, k3] and bank._entry(k1).lineage == {"init": "fresh"}
     # as if k2 had never been learned: the same history without it (scope statistics fitted after another
     # family's depend on that family's, so the reference relearns k1 as the bank did)
     ref = SkillBank.create(tmp_path / "ref", base=other_base)
     learn(ref, small_stream, k1)
     learn(ref, small_stream, k3)
-    ref.relearn(k1, fewer, CFG, progress=False)
+    ref.relearn(k1, fewer, CFG, progress=False, init="fresh")
     probe = [r.request for k in (k1, k2, k3) for r in small_stream.test[k]]
     assert_same_address(bank, ref, probe)
     assert bank_info(tmp_path / "bank")["orphans"] == []

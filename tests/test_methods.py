@@ -334,11 +334,12 @@ def test_fsm_second_order_generates_with_shards_of_the_first(tiny_model_dir, sma
     """The runner gives each order a fresh base, and the bank opens lazily: the second order reuses the
     first order's shard without training, so nothing has loaded it when an output is missing from the cache."""
     f1 = small_stream.family_keys[0]
+    fresh_start = METHODS["fsm"].Params(init="fresh")  # order-independent executors (the default merge trains each order's own)
     first = METHODS["fsm"](ctx_for(load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False),
-                                   small_stream, tmp_path))
+                                   small_stream, tmp_path), fresh_start)
     first.learn(1, f1, small_stream.train[f1])
     fresh = load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False)
-    second = METHODS["fsm"](ctx_for(fresh, small_stream, tmp_path, order="T1,T3,T2"))
+    second = METHODS["fsm"](ctx_for(fresh, small_stream, tmp_path, order="T1,T3,T2"), fresh_start)
     assert second.learn(1, f1, small_stream.train[f1])["reused_from_earlier_order"] is True
     [query] = second.queries(1, small_stream.test[f1][:1])["oracle"]
     with second.model_for(query.state) as model:

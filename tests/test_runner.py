@@ -175,11 +175,12 @@ def test_a_run_directory_refuses_another_configuration(tmp_path, tiny_model_dir)
 
 
 def test_a_run_saved_before_fsm_had_init_still_resumes(tmp_path, tiny_model_dir):
-    """FSM's ``init`` was added later: a saved configuration without it means fresh (the default) and
-    resumes; one that asks for the neutral start is another configuration."""
+    """FSM's ``init`` was added later: a saved configuration without it means fresh (what every run saved
+    before it did; the default is a merge since) and resumes; one that asks for the neutral start is another
+    configuration."""
     from skillbank.continual.runner import check_same_config
-    new = tiny_config(tiny_model_dir, ["fsm"]).resolved()
-    assert new["method_params"]["fsm"]["init"] == "fresh"
+    assert tiny_config(tiny_model_dir, ["fsm"]).resolved()["method_params"]["fsm"]["init"] == "merge"
+    new = tiny_config(tiny_model_dir, ["fsm"], method_params={"fsm": {"init": "fresh"}}).resolved()
     saved = json.loads(json.dumps(new))
     del saved["method_params"]["fsm"]["init"]
     check_same_config(tmp_path, saved, new)
@@ -200,9 +201,11 @@ def test_fsm_starting_from_earlier_shards_grows_a_bank_per_order(tmp_path, tiny_
                       eval={"orders": orders, "max_new_tokens": 6, "batch_size": 4})
     record = run(cfg, tmp_path / "run", progress=False)
     mdir = tmp_path / "run" / "methods" / "fsm"
-    assert not (mdir / "bank").exists()
+    # the stream's own order (here its first three families) keeps methods/fsm/bank; another order bank-<order>
+    banks = {ORDER: mdir / "bank", "T3,T2,T1": mdir / "bank-T3,T2,T1"}
+    assert not (mdir / f"bank-{ORDER}").exists()
     for order in orders:
-        bank = SkillBank.open(mdir / f"bank-{order}")
+        bank = SkillBank.open(banks[order])
         families = [e.name for e in bank.manifest.shards]
         assert families == [{"T1": "t1_daily_life", "T2": "t2_language_speech",
                              "T3": "t3_retrieval_understanding"}[t] for t in order.split(",")]
@@ -216,7 +219,7 @@ def test_fsm_starting_from_earlier_shards_grows_a_bank_per_order(tmp_path, tiny_
         assert all(s["wall_seconds"] > 0 for s in training.values())
     # the last family of the first order starts from a merge of the other two in the second order's bank,
     # so its executor differs; outputs are keyed by each bank's own adapter digests
-    first = SkillBank.open(mdir / f"bank-{ORDER}").manifest.shards[-1]
+    first = SkillBank.open(banks[ORDER]).manifest.shards[-1]
     second = next(e for e in SkillBank.open(mdir / "bank-T3,T2,T1").manifest.shards if e.name == first.name)
     assert first.lineage != second.lineage
     rows = run_progress(tmp_path / "run")
@@ -362,8 +365,10 @@ keep_states = true
 def test_parallel_fsm_stages_build_the_same_bank(tmp_path, tiny_model_dir):
     """--parallel-stages: FSM's executors trained in worker processes equal the ones trained in turn."""
     from skillbank.memory.bank import read_manifest
-    seq = run(tiny_config(tiny_model_dir, ["fsm"]), tmp_path / "seq", progress=False)
-    par_cfg = tiny_config(tiny_model_dir, ["fsm"], runner={"parallel_stages": 2})
+    seq = run(tiny_config(tiny_model_dir, ["fsm"], method_params={"fsm": {"init": "fresh"}}), tmp_path / "seq",
+              progress=False)
+    par_cfg = tiny_config(tiny_model_dir, ["fsm"], runner={"parallel_stages": 2},
+                          method_params={"fsm": {"init": "fresh"}})
     par = run(par_cfg, tmp_path / "par", progress=False)
     digests = {}
     for name in ("seq", "par"):
@@ -534,7 +539,7 @@ def test_a_parallel_fsm_worker_killed_inside_its_training_continues_from_its_che
     from skillbank.continual.parallel import _family_prefix, _train_one
 
     cfg = tiny_config(tiny_model_dir, ["fsm"], runner={"parallel_stages": 2, "checkpoint_minutes": 1e-9},
-                      train={"epochs": 2, "batch_size": 2, "rank": 4, "alpha": 8, "target_format": "compact"})
+                      method_params={"fsm": {"init": "fresh"}}, train={"epochs": 2, "batch_size": 2, "rank": 4, "alpha": 8, "target_format": "compact"})
     stream = build_run_stream(cfg)
     family = stream.order(ORDER)[0]
     args = (cfg.model_dump(), family, stream.train[family], _family_prefix(stream, family))

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from skillbank.cli.common import err, friendly_errors, out
-from skillbank.memory.lineage import start_text
+from skillbank.memory.lineage import DEFAULT_INIT, start_text
 
 
 def _train_config(config: Optional[Path], epochs: Optional[int], target_format: Optional[str], recipe: str = "paper"):
@@ -121,12 +121,13 @@ def learn(
     checkpoint_minutes: float = typer.Option(10.0, min=0, help="Write the training's state this often into "
                                              "BANK/checkpoints/ (0: never); rerunning a killed learn with the same "
                                              "arguments continues from it."),
-    init: str = typer.Option("fresh", help="Where the new LoRA starts: 'fresh', 'neutral' (an adapter trained once "
+    init: str = typer.Option(DEFAULT_INIT, help="Where the new LoRA starts: 'fresh', 'neutral' (an adapter trained once "
                              "per base and recipe on invented families: no tie to any family), 'previous' (the last shard added), "
                              "'nearest' (the shard the Address Memory routes most of these records to), 'merge' "
                              "(the three nearest shards' updates summed, weighted by how much of these records the "
-                             "Address Memory gives each) or 'shard:NAME' (a copy of that shard's weights; same LoRA "
-                             "shape)."),
+                             "Address Memory gives each; the default: the new shard then descends from them, and "
+                             "`forget` of one of them asks about it) or 'shard:NAME' (a copy of that shard's weights; "
+                             "same LoRA shape). 'fresh' (the paper's FSM) ties the shard to no other."),
 ):
     """Learn a new skill family: train a LoRA on its records only, freeze it, update the Address Memory.
 
@@ -188,7 +189,7 @@ def relearn(
     catalog: Optional[Path] = typer.Option(None, help="The family's catalog (default: the old version's skills)."),
     config: Optional[Path] = typer.Option(None, help="TOML with a \\[train] section (default: the old version's recipe)."),
     epochs: Optional[int] = typer.Option(None, help="Override the number of epochs."),
-    init: str = typer.Option("fresh", help="Where the new version starts: 'fresh', 'neutral', 'previous', 'nearest', "
+    init: str = typer.Option(DEFAULT_INIT, help="Where the new version starts: 'fresh', 'neutral', 'previous', 'nearest', "
                              "'merge' or 'shard:NAME' (as for `skillbank learn`; never the family's own old shard)."),
     descendants: str = typer.Option("refuse", help="Shards that started from the old version: 'refuse' (stop), "
                                     "'keep' (as they are) or 'forget' (forget them in the same publish)."),

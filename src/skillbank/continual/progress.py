@@ -153,7 +153,8 @@ def run_progress(run_dir: str | Path, methods: list[str] | None = None, orders: 
         first_order.setdefault(r.method, r.order)
         cls = METHODS.get(r.method)
         # an order-independent method (FSM) trains its executors once, in whichever order comes first
-        shared = cls is not None and cls.independent_of_order(cfg.get("method_params", {}).get(r.method, {}))
+        saved = {**getattr(cls, "legacy_params", {}), **cfg.get("method_params", {}).get(r.method, {})}
+        shared = cls is not None and cls.independent_of_order(saved)
         trains = getattr(cls, "trains", True) and not (shared and r.order != first_order[r.method])
         same = [q for q in rows if q.method == r.method]
         # this method's own stages when it has some on this machine (or none anywhere else to prefer over them)

@@ -465,10 +465,11 @@ def check_same_config(out: Path, old: dict, new: dict) -> None:
 
 def _params_with_defaults(method: str, params: dict) -> dict:
     """A method's saved hyperparameters with those added since filled in at their defaults (a run saved before
-    FSM's ``init`` existed started every executor fresh, the default)."""
+    FSM's ``init`` existed started every executor fresh: a method's ``legacy_params``, before the defaults)."""
     from skillbank.method_registry import UnknownMethodError, method_class
     try:
-        return {**method_class(method).Params().model_dump(), **params}
+        cls = method_class(method)
+        return {**cls.Params().model_dump(), **getattr(cls, "legacy_params", {}), **params}
     except (UnknownMethodError, ValueError):
         return params
 

@@ -36,7 +36,7 @@ from skillbank.graph import values_copied
 from skillbank.jsonfile import read_json
 from skillbank.memory.address import HashingNBAddress, Selector, load_selector, make_selector
 from skillbank.memory.lineage import descendants as lineage_descendants
-from skillbank.memory.lineage import MergedStart, fresh, lineage_of, resolve_start, weights_digest
+from skillbank.memory.lineage import DEFAULT_INIT, MergedStart, fresh, lineage_of, resolve_start, weights_digest
 from skillbank.memory.scope import ScopeDetector, ScopeVerdict, catalog_text, fit_inputs
 from skillbank.memory.selector import selector_class
 from skillbank.memory.shard_files import dir_digests, shard_file_problems
@@ -311,7 +311,7 @@ class SkillBank:
     # -- write -------------------------------------------------------------------------------
     def learn(self, family: str, records: Sequence[Record] | Sequence[dict] | str | Path, train_config=None, *,
               skills: Sequence[str] | None = None, catalog=None, progress: bool = True,
-              pretrained: str | Path | None = None, checkpoint=None, init: str = "fresh") -> ShardEntry:
+              pretrained: str | Path | None = None, checkpoint=None, init: str = DEFAULT_INIT) -> ShardEntry:
         """Train a LoRA on ``records`` only, freeze it, append it, update the Address Memory.
 
         records: Record objects (taken as they are: already validated when they were read), or dicts in
@@ -673,7 +673,7 @@ class SkillBank:
         return entry
 
     def relearn(self, family: str, records, train_config=None, *, catalog=None,
-                skills: Sequence[str] | None = None, progress: bool = True, init: str = "fresh",
+                skills: Sequence[str] | None = None, progress: bool = True, init: str = DEFAULT_INIT,
                 descendants: str = "refuse") -> ShardEntry:
         """A new version of a family's shard, trained on ``records`` only and published atomically in place
         of the old one (the old Address statistics are subtracted, the new ones added).

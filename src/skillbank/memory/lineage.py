@@ -33,6 +33,8 @@ INIT_CHOICES = ("fresh", "neutral", "previous", "nearest", "merge", "shard:NAME"
 #: the rules that choose among the shards already in the bank (so their result depends on what was learned before)
 EARLIER_SHARD_RULES = ("previous", "nearest", "merge")
 FRESH = {"init": "fresh"}
+#: the start rule of `learn`, `relearn`, the service's learn jobs and FSM in the harness when none is named
+DEFAULT_INIT = "merge"
 #: how many of the nearest shards a merged start sums (fewer when the bank has fewer)
 MERGE_K = 3
 

@@ -40,9 +40,11 @@ ADAPTER = "__neutral_start__"  # the name it is trained under and loaded as, nev
 
 def neutral_key(base_digest: str, cfg) -> str:
     from skillbank.data.synthetic import GENERATOR_VERSION
+    # warm_epochs is how shards built on the start train, not how the start itself does
+    recipe = {k: v for k, v in cfg.to_dict().items() if k != "warm_epochs"}
     text = json.dumps({"version": VERSION, "generator": GENERATOR_VERSION, "base": base_digest,
                        "families": NEUTRAL_FAMILIES, "per_family": PER_FAMILY, "seed": SEED,
-                       "recipe": cfg.to_dict()}, sort_keys=True)
+                       "recipe": recipe}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

@@ -19,7 +19,7 @@ and of every other adapter untouched, and the new adapter is frozen when trainin
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping, Optional, Sequence
 
 import torch
@@ -49,6 +49,8 @@ class TrainConfig:
         linear decay to 0; weight_decay: AdamW decoupled weight decay; max_grad_norm: clip (None = off).
     epochs, batch_size, grad_accum: passes over the records, examples per micro-batch, micro-batches per
         optimizer step (effective batch = batch_size * grad_accum).
+    warm_epochs: passes over the records for a shard that does not start from a fresh LoRA (from earlier
+        shards or the family-neutral start: the graph format is learned already); None = ``epochs``.
     max_length: examples longer than this many tokens (prompt + target) are dropped and counted in
         the summary (a truncated target would teach the model never to stop); None = no limit.
     seed: seeds adapter initialisation, dropout and batch order.
@@ -64,6 +66,7 @@ class TrainConfig:
     layers_to_transform: Optional[tuple[int, ...]] = None
     lr: float = 4e-4
     epochs: int = 6
+    warm_epochs: Optional[int] = None
     batch_size: int = 8
     grad_accum: int = 1
     warmup_ratio: float = 0.05
@@ -83,6 +86,9 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 bad(name, "a positive integer")
+        warm = self.warm_epochs
+        if warm is not None and (isinstance(warm, bool) or not isinstance(warm, int) or warm < 1):
+            bad("warm_epochs", "None or a positive integer")
         if not isinstance(self.alpha, (int, float)) or self.alpha <= 0:
             bad("alpha", "a positive number")
         if not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
@@ -125,6 +131,10 @@ class TrainConfig:
         135M one several times slower), 3 epochs. ``overrides`` replace any field."""
         base = dict(target_format="compact", system_prompt=DEFAULT_SYSTEM_PROMPT, dropout=0.0, lr=2e-3, epochs=3)
         return cls(**{**base, **overrides})
+
+    def warm(self) -> "TrainConfig":
+        """The recipe of a shard that starts from earlier learning: ``warm_epochs`` in place of ``epochs``."""
+        return self if self.warm_epochs is None else replace(self, epochs=self.warm_epochs)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -235,11 +245,14 @@ def train_executor(base: LoadedBase, records: Sequence[Record], cfg: TrainConfig
     try:
         if init_adapter is not None:
             copy_lora(base, init_adapter, adapter_name)
-        result = fit(base, examples, cfg, adapter=adapter_name, seed=cfg.seed, progress=progress, checkpoint=checkpoint)
+        # a warm start trains warm_epochs; the summary keeps the whole recipe (a relearn from scratch reads it)
+        fit_cfg = cfg.warm() if init_adapter is not None else cfg
+        result = fit(base, examples, fit_cfg, adapter=adapter_name, seed=cfg.seed, progress=progress,
+                     checkpoint=checkpoint)
     except BaseException:
         base.remove_adapter(adapter_name)  # never leave a half-trained adapter behind
         raise
-    return peft_model, summarize(adapter_name, examples, dropped, cfg, result, family_prefix)
+    return peft_model, summarize(adapter_name, examples, dropped, cfg, result, family_prefix, fit_cfg.epochs)
 
 
 def add_lora(base: LoadedBase, name: str, cfg: TrainConfig, seed: int | None = None):
@@ -336,14 +349,17 @@ def build_examples(base: LoadedBase, records: Sequence[Record], cfg: TrainConfig
 
 
 def summarize(adapter_name: str, examples: Sequence[Example], dropped: int, cfg: TrainConfig, result: FitResult,
-              family_prefix: str) -> TrainSummary:
+              family_prefix: str, epochs: int | None = None) -> TrainSummary:
+    """epochs: the passes made (default ``cfg.epochs``; ``warm_epochs`` after a warm start); ``config`` keeps
+    the whole recipe."""
     wall = result.wall_seconds
+    epochs = cfg.epochs if epochs is None else epochs
     return TrainSummary(
-        adapter_name=adapter_name, examples=len(examples), dropped_too_long=dropped, epochs=cfg.epochs,
+        adapter_name=adapter_name, examples=len(examples), dropped_too_long=dropped, epochs=epochs,
         steps=result.steps, total_tokens=result.total_tokens, target_tokens=result.target_tokens,
         padded_tokens=result.padded_tokens, max_target_tokens=max(e.n_target for e in examples),
         wall_seconds=wall, tokens_per_second=round(result.total_tokens / wall, 2) if wall else 0.0,
-        examples_per_second=round(len(examples) * cfg.epochs / wall, 3) if wall else 0.0,
+        examples_per_second=round(len(examples) * epochs / wall, 3) if wall else 0.0,
         final_loss=result.final_loss, loss_curve=result.loss_curve, trainable_parameters=result.trainable_parameters,
         precision=result.precision, device=result.device, target_format=cfg.target_format,
         family_prefix=family_prefix, config=cfg.to_dict(), terms=result.term_means)

@@ -1,7 +1,8 @@
 """FSM as a method of the runner: an append-only bank of frozen executors plus a routing rule.
 
-Stage t trains a LoRA on family t's records only - from a fresh start (the paper) or from the family-neutral
-start (``init = "neutral"``: :mod:`skillbank.memory.neutral`) - and appends it to a real :class:`SkillBank`
+Stage t trains a LoRA on family t's records only - by default from a merge of the nearest earlier shards
+(``init = "merge"``), or from a fresh start (the paper), or from the family-neutral start (``init = "neutral"``:
+:mod:`skillbank.memory.neutral`) - and appends it to a real :class:`SkillBank`
 (``<method dir>/bank``, usable afterwards by ``skillbank plan``/``serve``); the Address Memory is updated
 with that stage's requests and keeps none. Two variants are evaluated from the same executors:
 
@@ -12,8 +13,9 @@ Under ``init = "fresh"`` or ``"neutral"`` an executor depends only on its own st
 the neutral start, itself trained on no stage's data), never on the order, so the second order reuses the
 shards of the first (``order_independent``): only the Address Memory is refitted per order. The starts from an
 earlier family's shard (``"previous"``, ``"nearest"``, ``"merge"``: :func:`skillbank.memory.lineage.resolve_start`,
-as ``skillbank learn --init``) depend on what was learned before, so each order then grows its own bank
-(``<method dir>/bank-<order>``) and trains every stage.
+as ``skillbank learn --init``; ``"merge"`` is the default) depend on what was learned before, so each order then
+grows its own bank (``<method dir>/bank`` for the stream's own order, ``bank-<order>`` for another) and trains
+every stage.
 """
 from __future__ import annotations
 
@@ -26,13 +28,13 @@ from pydantic import Field
 from skillbank.data.records import Record
 from skillbank.continual.methods.base import AddressParams, Method, Query
 from skillbank.memory.address import load_selector, make_selector
-from skillbank.memory.lineage import EARLIER_SHARD_RULES
+from skillbank.memory.lineage import DEFAULT_INIT, EARLIER_SHARD_RULES
 from skillbank.model.prompts import render_prompt
 
 
 class FSMParams(AddressParams):
     init: Literal["fresh", "neutral", "previous", "nearest", "merge"] = Field(
-        "fresh", description="where each executor starts: a fresh LoRA, the family-neutral start (trained once on "
+        DEFAULT_INIT, description="where each executor starts: a fresh LoRA, the family-neutral start (trained once on "
         "invented families), or - per order - the last shard, the nearest shard by the bank's Address Memory, or a "
         "merge of the three nearest (skillbank learn --init)")
 
@@ -43,24 +45,39 @@ class FSM(Method):
     title = "FSM"
     Params = FSMParams
     order_independent = True
+    #: what a saved run configuration without these fields meant (runs saved before FSM had ``init`` trained
+    #: every executor fresh; the default since 2026-12-05 is a merge)
+    legacy_params = {"init": "fresh"}
 
     @classmethod
     def independent_of_order(cls, params: dict) -> bool:
         # a start from earlier stages' shards depends on the order: each order trains its own executors
-        return params.get("init", "fresh") not in EARLIER_SHARD_RULES
+        return params.get("init", DEFAULT_INIT) not in EARLIER_SHARD_RULES
 
     def __init__(self, ctx, params=None):
         from skillbank.memory.bank import SkillBank
         super().__init__(ctx, params)
         self.address_kind, self.address_params = self.params.resolve(ctx)
         self.per_order = not self.independent_of_order(self.params.model_dump())
-        bank_dir = ctx.workdir / (f"bank-{ctx.order_name}" if self.per_order else "bank")
+        bank_dir = ctx.workdir / self.bank_name(ctx)
         if (bank_dir / "bank.json").is_file():
             self.bank = SkillBank.open(bank_dir, base=ctx.base)
         else:
             self.bank = SkillBank.create(bank_dir, base=ctx.base, address_kind=self.address_kind,
                                          address_params=self.address_params)
         self.address = make_selector(self.address_kind, **self.address_params)  # this order's own
+
+    def bank_name(self, ctx) -> str:
+        """``bank``, except for an order-dependent bank of another order than the stream's own (or its first
+        families in that order): ``bank-<order>``. A one-order run such as the demo keeps its bank at
+        ``methods/fsm/bank``."""
+        if not self.per_order:
+            return "bank"
+        legacy = f"bank-{ctx.order_name}"  # runs made before 2026-12-05 named every order's bank so
+        own = list(ctx.stream.family_keys[:len(ctx.order)]) == list(ctx.order)
+        if not own or (ctx.workdir / legacy / "bank.json").is_file():
+            return legacy
+        return "bank"
 
     def learn(self, t: int, family: str, records: Sequence[Record]) -> dict:
         reused = family in self.bank.shard_names
