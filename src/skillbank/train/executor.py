@@ -82,13 +82,11 @@ class TrainConfig:
         def bad(name, expected):
             raise ModelError(f"TrainConfig.{name} must be {expected}, got {getattr(self, name)!r}")
 
-        for name in ("rank", "epochs", "batch_size", "grad_accum"):
+        optional = ("warm_epochs",) if self.warm_epochs is not None else ()
+        for name in ("rank", "epochs", "batch_size", "grad_accum") + optional:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                bad(name, "a positive integer")
-        warm = self.warm_epochs
-        if warm is not None and (isinstance(warm, bool) or not isinstance(warm, int) or warm < 1):
-            bad("warm_epochs", "None or a positive integer")
+                bad(name, "None or a positive integer" if name in optional else "a positive integer")
         if not isinstance(self.alpha, (int, float)) or self.alpha <= 0:
             bad("alpha", "a positive number")
         if not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
