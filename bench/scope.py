@@ -124,7 +124,9 @@ def run_split(k: int, readers: list[str], out: Path | None, encoder: str = DEFAU
         test_in, test_off = score["users_indomain"], score["users_offdomain"]
         entry["dev"] = {"kept": rates(dev_in, thr), "refused": 1 - rates(dev_off, thr)}
         entry["test"] = {"kept": rates(test_in, thr), "refused": 1 - rates(test_off, thr)}
-        grid = np.quantile(np.concatenate([dev_in, dev_off, test_in, test_off]), np.linspace(0.01, 0.99, 99))
+        every = np.concatenate([dev_in, dev_off, test_in, test_off])
+        # a request with no evidence at all scores -inf (refused at any threshold): no grid point between two
+        grid = np.quantile(every[np.isfinite(every)], np.linspace(0.01, 0.99, 99))
         entry["curve"] = {"thresholds": grid.tolist(),
                           "test_kept": [rates(test_in, t) for t in grid],
                           "test_refused": [1 - rates(test_off, t) for t in grid],

@@ -8,6 +8,7 @@ import pytest
 
 from skillbank.errors import BankError
 from skillbank.memory.bank import DEFAULT_ENCODER, SkillBank, bank_info
+from skillbank.memory.scope import family_catalog_text
 from skillbank.model.base import BaseModelConfig, load_base
 from skillbank.train.executor import TrainConfig
 
@@ -363,6 +364,7 @@ def test_a_bank_routed_by_the_embedding_router(tmp_path, base, small_stream, tin
     assert r.exit_code == 0, r.output
     manifest = json.loads((tmp_path / "bank" / "bank.json").read_text())
     assert manifest["address_kind"] == "embed-lda-nb" and manifest["address_params"]["payload_min_words"] == 6
+    assert manifest["address_params"]["catalog_weight"] == 1
     r = invoke("create", tmp_path / "lexical", "--base", tiny_model_dir, "--scope-encoder", "none")
     assert r.exit_code == 0 and json.loads((tmp_path / "lexical" / "bank.json").read_text())["address_kind"] == "hashing-nb"
     # a kind named without parameters gets that kind's defaults, in Python as on the command line
@@ -375,10 +377,17 @@ def test_a_bank_routed_by_the_embedding_router(tmp_path, base, small_stream, tin
     k1, k2, k3 = small_stream.family_keys[:3]
     for k in (k1, k2, k3):
         learn(bank, small_stream, k)
-    # routes exactly as the router fitted on the same requests, stage by stage
-    same = make_selector("embed-lda-nb", encoder=DEFAULT_ENCODER, payload_min_words=6)
-    for k in (k1, k2, k3):
-        same.partial_fit([r.request for r in small_stream.train[k]], k)
+    # routes exactly as the router fitted on the same requests and catalog text, stage by stage
+    def fitted(keys):
+        router = make_selector("embed-lda-nb", encoder=DEFAULT_ENCODER, payload_min_words=6, catalog_weight=1)
+        for k in keys:
+            router.partial_fit([r.request for r in small_stream.train[k]], k)
+            router.partial_fit_catalog(family_catalog_text(small_stream.catalog, k), k)
+        return router
+
+    same = fitted((k1, k2, k3))
+    assert same.nb_.class_count_.tolist() == [len(small_stream.train[k]) + len(small_stream.catalog.subset(k))
+                                              for k in (k1, k2, k3)]
     requests = held_out(small_stream, k1, k2, k3)
     np.testing.assert_allclose(bank.address.predict_proba(requests), same.predict_proba(requests), rtol=1e-9)
     assert bank.address.encoder_digest_ == same.encoder_digest_
@@ -388,16 +397,12 @@ def test_a_bank_routed_by_the_embedding_router(tmp_path, base, small_stream, tin
     # a family goes out exactly: the same routing as a router that never learned it
     bank.export_family(k2, tmp_path / "k2.family")
     bank.forget(k2)
-    never = make_selector("embed-lda-nb", encoder=DEFAULT_ENCODER, payload_min_words=6)
-    for k in (k1, k3):
-        never.partial_fit([r.request for r in small_stream.train[k]], k)
+    never = fitted((k1, k3))
     assert bank.address.classes_ == [k1, k3]
     np.testing.assert_array_equal(bank.address.predict_proba(requests), never.predict_proba(requests))
     # ... and comes back in through an export, as if learned again (last)
     bank.import_family(tmp_path / "k2.family")
-    again = make_selector("embed-lda-nb", encoder=DEFAULT_ENCODER, payload_min_words=6)
-    for k in (k1, k3, k2):
-        again.partial_fit([r.request for r in small_stream.train[k]], k)
+    again = fitted((k1, k3, k2))
     np.testing.assert_allclose(bank.address.predict_proba(requests), again.predict_proba(requests), rtol=1e-6)
     # into a bank with the lexical router it does not go
     lexical = SkillBank.open(tmp_path / "lexical", base=base)

@@ -108,6 +108,42 @@ def test_embedding_router_reads_past_long_payloads(small_stream):
         make_selector("embed-lda-nb", payload_min_words=-1)
 
 
+def test_embedding_router_counts_its_catalog_text(tmp_path, small_stream):
+    keys = small_stream.family_keys[:2]
+    docs = ["zorblax the quuxfile into a flimwave", "flimwave output"]
+    plain = stage_fit(make_selector("embed-lda-nb", payload_min_words=6), small_stream, keys)
+    read = stage_fit(make_selector("embed-lda-nb", payload_min_words=6, catalog_weight=1), small_stream, keys)
+    twice = stage_fit(make_selector("embed-lda-nb", payload_min_words=6, catalog_weight=2), small_stream, keys)
+    before = read.predict_proba(["zorblax my quuxfile"])
+    np.testing.assert_allclose(before, plain.predict_proba(["zorblax my quuxfile"]), rtol=1e-12)
+    assert plain.partial_fit_catalog(docs, keys[1]) is plain  # weight 0 (states saved before): not counted
+    np.testing.assert_allclose(plain.predict_proba(["zorblax my quuxfile"]), before, rtol=1e-12)
+    read.partial_fit_catalog(docs, keys[1])
+    # words only the catalog uses now count for its family (each by the log of its count over the smoothing)
+    after = read.predict_proba(["zorblax my quuxfile"])
+    assert np.log(after[0, 1] / after[0, 0]) - np.log(before[0, 1] / before[0, 0]) > 2 * np.log(1 / 0.01) - 1
+    twice.partial_fit_catalog(docs, keys[1])
+    read.partial_fit_catalog(docs, keys[1])
+    np.testing.assert_allclose(twice.nb_.feature_count_.toarray(), read.nb_.feature_count_.toarray())
+    # saved and loaded with its weight; the weight is a parameter of the router (an export names it)
+    read.save(tmp_path / "r")
+    back = load_selector(tmp_path / "r")
+    assert back.catalog_weight == 1 and back.get_params()["catalog_weight"] == 1
+    np.testing.assert_allclose(back.predict_proba(["zorblax my quuxfile"]), read.predict_proba(["zorblax my quuxfile"]))
+    assert "catalog_weight" not in plain.get_params()  # states saved before the option keep their parameters
+    with pytest.raises(SelectorError, match="no class"):
+        read.partial_fit_catalog(docs, "not-a-family")
+    with pytest.raises(SelectorError, match="catalog_weight"):
+        make_selector("embed-lda-nb", catalog_weight=-1)
+    with pytest.raises(SelectorError, match="lexical_weight"):
+        make_selector("embed-lda-nb", catalog_weight=1, lexical_weight=0.0)
+    # routers that read requests alone keep nothing of a catalog
+    from skillbank.memory.address import HashingNBAddress
+    nb = stage_fit(HashingNBAddress(), small_stream, keys)
+    counts = nb.feature_count_.copy()
+    assert nb.partial_fit_catalog(docs, keys[0]) is nb and (nb.feature_count_ != counts).nnz == 0
+
+
 # -- the embedding router (ours) -------------------------------------------------------------------
 def test_embedding_router_interface_save_load_no_requests(tmp_path, small_stream):
     sel = make_selector("embed-lda-nb")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
 from skillbank.data.stream import Stream
+from skillbank.memory.scope import family_catalog_text
 from skillbank.memory.selector import Selector
 from skillbank.metrics import route_accuracy, task_macro
 
@@ -50,6 +51,8 @@ def route_prefixes(selector: Selector, stream: Stream, order: Sequence[str], *, 
         labels = chunk[0] if len(chunk) == 1 else [fam for fam in chunk for _ in stream.train[fam]]
         t0 = time.perf_counter()
         selector.partial_fit(requests, labels)
+        for fam in chunk:  # as SkillBank.learn does (a no-op for routers that read requests alone)
+            selector.partial_fit_catalog(family_catalog_text(stream.catalog, fam), fam)
         fit_seconds = time.perf_counter() - t0
         done = k
         records = [r for fam in order[:k] for r in test.get(fam, [])]

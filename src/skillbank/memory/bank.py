@@ -461,6 +461,7 @@ class SkillBank:
             else:
                 requests = [r.request for r in records]
                 address.partial_fit(requests, family)
+                address.partial_fit_catalog(catalog_text(specs), family)
                 if scope is not None:
                     scope.partial_fit(requests, family, catalog_text(specs), **fit_inputs(records, family))
             address_rel = f"address/{index:04d}"
@@ -825,6 +826,11 @@ FAMILY_EXPORT_FORMAT = 1
 # What a bank's router reads: free-text payloads of at least this many words are replaced by a placeholder
 # (chosen on the development sets of bench/scope.py among 1, 3, 6 and 10 words; docs/routing.md).
 PAYLOAD_MIN_WORDS = 6
+# How many times a new bank's router counts each skill's catalog text with its family's requests (lexical
+# statistics only): 1, one pseudo-request per skill. On hand-written requests it routes 1.7 points more at K = 5
+# and the same at K = 20 and 50, and 3.8 more of the TaskBench sample (20 requests a family); 3 and 10 gain no
+# more there and move the frozen set's K = 50 figure down (scripts/route_variants.py; docs/routing.md).
+CATALOG_WEIGHT = 1
 # The sentence encoder of a new bank's scope gate and router: all-MiniLM-L6-v2 with int8 matrix weights. Scope
 # plus routing reads two texts per request (the gate the request with its values masked, the router with its
 # long payloads masked), and on two CPU cores the int8 form makes that 6-10 ms instead of 10-14 ms, with the same
@@ -840,7 +846,8 @@ def default_address(scope_encoder: str | None = DEFAULT_ENCODER, kind: str | Non
     none``), the lexical one. ``kind``: that router with its defaults."""
     kind = kind or ("embed-lda-nb" if scope_encoder is not None else HashingNBAddress.kind)
     if kind == "embed-lda-nb":
-        return kind, {"encoder": scope_encoder or DEFAULT_ENCODER, "payload_min_words": PAYLOAD_MIN_WORDS}
+        return kind, {"encoder": scope_encoder or DEFAULT_ENCODER, "payload_min_words": PAYLOAD_MIN_WORDS,
+                      "catalog_weight": CATALOG_WEIGHT}
     return kind, {}
 
 

@@ -130,6 +130,11 @@ def catalog_text(specs: Sequence[dict]) -> list[str]:
     return [d for d in docs if d.strip()]
 
 
+def family_catalog_text(catalog, family: str) -> list[str]:
+    """:func:`catalog_text` of the skills ``family`` owns in ``catalog`` (a :class:`~skillbank.data.catalog.Catalog`)."""
+    return catalog_text([skill.to_dict() for skill in catalog.subset(family)])
+
+
 def fit_inputs(records, label: str) -> dict:
     """``partial_fit``'s keyword arguments for a family's training records: each request's gold values and a
     restyled copy of it for the threshold (seeded by the family name, so a refit gives the same statistics)."""

@@ -75,6 +75,14 @@ class Selector(ABC):
     def partial_fit(self, requests: Sequence[str], labels: Sequence[str] | str) -> "Selector":
         """Update with one stage's requests (labels: one per request, or one label for all)."""
 
+    def partial_fit_catalog(self, docs: Sequence[str], label: str) -> "Selector":
+        """Learn what family ``label``'s catalog says about its skills (``docs``: one text per skill, e.g.
+        :func:`skillbank.memory.scope.catalog_text`), after its requests. A catalog is not a request, so this keeps
+        a router replay-free. Routers that read requests alone keep nothing of it (the paper's Address Memory,
+        the offline reference); :class:`~skillbank.memory.selectors.embedding.EmbeddingLDANBAddress` counts it
+        when its ``catalog_weight`` is set."""
+        return self
+
     def fit(self, requests: Sequence[str], labels: Sequence[str] | str) -> "Selector":
         self.reset()
         return self.partial_fit(requests, labels)

@@ -29,6 +29,7 @@ from skillbank.data.records import Record
 from skillbank.continual.methods.base import AddressParams, Method, Query
 from skillbank.memory.address import load_selector, make_selector
 from skillbank.memory.lineage import DEFAULT_INIT, EARLIER_SHARD_RULES
+from skillbank.memory.scope import family_catalog_text
 from skillbank.model.prompts import render_prompt
 
 
@@ -87,6 +88,7 @@ class FSM(Method):
                             progress=self.ctx.progress, pretrained=pretrained,
                             checkpoint=self.ctx.fit_checkpoint(t), init=self.params.init)
         self.address.partial_fit([r.request for r in records], family)
+        self.address.partial_fit_catalog(family_catalog_text(self.ctx.stream.catalog, family), family)
         entry = next(e for e in self.bank.manifest.shards if e.name == family)
         summary = dict(entry.training)
         # in a bank of its own the shard was trained in this order (by this process or one killed after it)

@@ -26,6 +26,7 @@ from pydantic import Field
 
 from skillbank.data.records import Record
 from skillbank.continual.methods.base import AddressParams, Method, MethodParams, Query, weights_digest
+from skillbank.memory.scope import family_catalog_text
 from skillbank.train.executor import TrainConfig, add_lora, summarize
 from skillbank.train.loop import LossTerm, StepContext, adapter_parameters
 
@@ -137,6 +138,7 @@ class ProgressiveRoutedLoRA(StackedLoRA):
     def learn(self, t: int, family: str, records: Sequence[Record]) -> dict:
         summary = super().learn(t, family, records)
         self.address.partial_fit([r.request for r in records], family)
+        self.address.partial_fit_catalog(family_catalog_text(self.ctx.stream.catalog, family), family)
         return summary
 
     def _refresh_state(self) -> None:

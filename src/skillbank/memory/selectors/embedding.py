@@ -205,6 +205,10 @@ class EmbeddingLDANBAddress(Selector):
     nb_params : hyperparameters of the lexical part (see :class:`HashingNBAddress`).
     payload_min_words : read requests with their free-text payloads of at least this many words replaced by a
         placeholder (0: read them whole, as states saved before this option did).
+    catalog_weight : how many times each skill's catalog text (:meth:`partial_fit_catalog`) is counted in the
+        lexical statistics, like a request of its family (0: not at all, as states saved before this option).
+        It gives the words a family's tools are described with ("identify the song playing in a recording")
+        to a router that has seen few requests phrased that way; the embedding statistics stay requests only.
     """
 
     kind = "embed-lda-nb"
@@ -212,7 +216,7 @@ class EmbeddingLDANBAddress(Selector):
     can_forget = True
 
     def __init__(self, encoder: str = MINILM, prior_strength: float = 3000.0, lexical_weight: float = 1.0,
-                 nb_params: dict | None = None, payload_min_words: int = 0):
+                 nb_params: dict | None = None, payload_min_words: int = 0, catalog_weight: int = 0):
         if not isinstance(encoder, str) or not encoder:
             raise SelectorError(f"encoder must be 'minilm' or a model directory / id, got {encoder!r}")
         if not lexical_weight >= 0:
@@ -224,6 +228,12 @@ class EmbeddingLDANBAddress(Selector):
         if not isinstance(payload_min_words, int) or isinstance(payload_min_words, bool) or payload_min_words < 0:
             raise SelectorError(f"payload_min_words must be an integer >= 0, got {payload_min_words!r}")
         self.payload_min_words = payload_min_words
+        if not isinstance(catalog_weight, int) or isinstance(catalog_weight, bool) or catalog_weight < 0:
+            raise SelectorError(f"catalog_weight must be an integer >= 0, got {catalog_weight!r}")
+        if catalog_weight and not self.lexical_weight > 0:
+            raise SelectorError("catalog_weight counts catalog text in the lexical statistics: it needs "
+                                "lexical_weight > 0")
+        self.catalog_weight = catalog_weight
         # per-family scatter matrices: exact forget / export (states saved before them load pooled)
         self.stats_ = GaussianClassStats(self.prior_strength, per_class=True)  # validates prior_strength
         self.nb_ = HashingNBAddress(**self.nb_params) if self.lexical_weight > 0 else None
@@ -237,9 +247,12 @@ class EmbeddingLDANBAddress(Selector):
             self.nb_.reset()
 
     def get_params(self) -> dict:
-        return {"encoder": self.encoder, "prior_strength": self.prior_strength,
-                "lexical_weight": self.lexical_weight, "nb_params": self.nb_params,
-                "payload_min_words": self.payload_min_words}
+        params = {"encoder": self.encoder, "prior_strength": self.prior_strength,
+                  "lexical_weight": self.lexical_weight, "nb_params": self.nb_params,
+                  "payload_min_words": self.payload_min_words}
+        if self.catalog_weight:  # states saved before the option keep their params (and exports stay importable)
+            params["catalog_weight"] = self.catalog_weight
+        return params
 
     def read(self, requests: Sequence[str]) -> list[str]:
         """The requests as both experts read them (long payloads replaced when ``payload_min_words``)."""
@@ -279,6 +292,16 @@ class EmbeddingLDANBAddress(Selector):
         if self.nb_ is not None:
             self.nb_.partial_fit(reqs, labs)
         self.classes_ = list(self.stats_.classes_)
+        return self
+
+    def partial_fit_catalog(self, docs: Sequence[str], label: str) -> "EmbeddingLDANBAddress":
+        """Count family ``label``'s catalog text ``catalog_weight`` times in the lexical statistics (the family's
+        requests first: its row must exist). Measured on hand-written requests and the TaskBench sample
+        (docs/routing.md, "The catalog as routing evidence")."""
+        self._check_class(label)
+        docs = [d for d in docs if isinstance(d, str) and d.strip()]
+        if self.catalog_weight and docs:
+            self.nb_.partial_fit(self.read(docs) * self.catalog_weight, label)
         return self
 
     def _check_apart(self, label: str, action: str) -> None:

@@ -431,6 +431,10 @@ class AddressCompeteSelector(Selector):
         self.margins_ = np.concatenate([self.margins_, fresh[np.isfinite(fresh)]])
         return self
 
+    def partial_fit_catalog(self, docs, label) -> "AddressCompeteSelector":
+        self.address.partial_fit_catalog(docs, label)
+        return self
+
     def _contest(self, reqs: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The Address Memory's probabilities, the indices of the unsure requests and each one's top-k
         candidate columns (best first)."""
