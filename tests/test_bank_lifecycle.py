@@ -408,6 +408,23 @@ def test_a_bank_routed_by_the_embedding_router(tmp_path, base, small_stream, tin
     lexical = SkillBank.open(tmp_path / "lexical", base=base)
     with pytest.raises(BankError, match="differs from this bank's"):
         lexical.import_family(tmp_path / "k2.family")
+    # a family exported before routers counted the catalog comes in with its catalog text added: as learned here
+    old = tmp_path / "k2-old.family"
+    shutil.copytree(tmp_path / "k2.family", old)
+    before = make_selector("embed-lda-nb", encoder=DEFAULT_ENCODER, payload_min_words=6)
+    before.partial_fit([r.request for r in small_stream.train[k2]], k2)
+    before.save(old / "address")
+    meta = json.loads((old / "family.json").read_text())
+    del meta["address_params"]["catalog_weight"]
+    (old / "family.json").write_text(json.dumps(meta))
+    bank.forget(k2)
+    bank.import_family(old)
+    np.testing.assert_allclose(bank.address.predict_proba(requests), again.predict_proba(requests), rtol=1e-6)
+    # the other way (its router counts the catalog, this bank's does not) it is refused, saying why
+    older = SkillBank.create(tmp_path / "older", base=base, address_kind="embed-lda-nb",
+                             address_params={"encoder": DEFAULT_ENCODER, "payload_min_words": 6})
+    with pytest.raises(BankError, match="differs from this bank's"):
+        older.import_family(tmp_path / "k2.family")
 
     # a state saved before each family's scatter was kept apart (one pooled matrix) cannot forget exactly:
     # refused before anything is trained or written

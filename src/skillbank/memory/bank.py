@@ -733,7 +733,10 @@ class SkillBank:
             raise BankError(f"{path} was exported from a bank on base {meta['base']['name']!r} "
                             f"(digest {meta['base']['digest'][:19]}...); this bank's base is "
                             f"{self.manifest.base['name']!r} (digest {self.manifest.base['digest'][:19]}...)")
-        if meta["address_kind"] != self.manifest.address_kind or meta["address_params"] != self.manifest.address_params:
+        counts_catalog_here = _catalog_counts_missing(meta["address_kind"], meta["address_params"],
+                                                      self.manifest.address_kind, self.manifest.address_params)
+        if not counts_catalog_here and (meta["address_kind"] != self.manifest.address_kind
+                                        or meta["address_params"] != self.manifest.address_params):
             raise BankError(f"{path}: its Address Memory ({meta['address_kind']} {meta['address_params']}) differs "
                             f"from this bank's ({self.manifest.address_kind} {self.manifest.address_params}); "
                             "the statistics cannot be merged")
@@ -752,7 +755,11 @@ class SkillBank:
                             + ", ".join(f"{s} (in {owned[s]})" for s in clash[:5]))
         entry.name = family
         entry.lineage = self._imported_lineage(path, meta["entry"]["name"], entry.lineage)
-        imported = {"dir": shard_dir, "entry": entry, "address": load_selector(path / "address"),
+        address = load_selector(path / "address")
+        if counts_catalog_here:  # exported before routers counted the catalog: add its text, as learning here would
+            address.catalog_weight = self.manifest.address_params["catalog_weight"]
+            address.partial_fit_catalog(catalog_text(read_skills_specs(shard_dir)), meta["entry"]["name"])
+        imported = {"dir": shard_dir, "entry": entry, "address": address,
                     "scope": ScopeDetector.load(path / "address") if ScopeDetector.exists(path / "address") else None,
                     "source_name": meta["entry"]["name"]}
         return self._publish_shard(family, None, None, entry.skills, [], imported=imported)
@@ -861,6 +868,15 @@ def read_skills_specs(shard_dir: Path) -> list[dict]:
     if not path.is_file():
         return []
     return list(read_json(path, BankError, what="shard skills").get("specs", []))
+
+
+def _catalog_counts_missing(kind: str, params: dict, here_kind: str, here_params: dict) -> bool:
+    """Whether an exported family's router is this bank's but for the catalog text it does not count yet (a
+    family exported before 2026-12-05 into a newer bank): its statistics plus that text are what it would hold
+    had it been learned here, so it can come in."""
+    without = {k: v for k, v in here_params.items() if k != "catalog_weight"}
+    return (kind == here_kind == "embed-lda-nb" and not params.get("catalog_weight")
+            and bool(here_params.get("catalog_weight")) and params == without)
 
 
 def _merge_family_stats(address: Selector, scope: ScopeDetector | None, family: str, imported: dict) -> None:
