@@ -18,7 +18,9 @@ requests a family). Variants:
 - ``style-1``: each training request also counted in one restyled form (``skillbank.data.augment.restyle``:
   case, punctuation, politeness, shorthand, typos; values kept).
 
-    .venv/bin/python scripts/route_variants.py --taskbench PATH/TO/taskbench --json results/routing/variants.json
+    .venv/bin/python scripts/route_variants.py --taskbench PATH/TO/taskbench --json results/route-variants/variants.json
+    .venv/bin/python scripts/route_variants.py --misroutes   # the lexical router's template misroutes explained,
+                                                             # and each router routing by its surest sentence
 """
 from __future__ import annotations
 

@@ -834,9 +834,10 @@ FAMILY_EXPORT_FORMAT = 1
 # (chosen on the development sets of bench/scope.py among 1, 3, 6 and 10 words; docs/routing.md).
 PAYLOAD_MIN_WORDS = 6
 # How many times a new bank's router counts each skill's catalog text with its family's requests (lexical
-# statistics only): 1, one pseudo-request per skill. On hand-written requests it routes 1.7 points more at K = 5
-# and the same at K = 20 and 50, and 3.8 more of the TaskBench sample (20 requests a family); 3 and 10 gain no
-# more there and move the frozen set's K = 50 figure down (scripts/route_variants.py; docs/routing.md).
+# statistics only): 1, one pseudo-request per skill. On the hand-written development requests it routes 1.7 points
+# more at K = 5 and the same at K = 20 and 50, and 3.8 more of the TaskBench sample (20 requests a family); 3 and 10
+# gain one or two development requests more at K = 5 only, and 10 loses TaskBench requests (scripts/route_variants.py;
+# docs/routing.md).
 CATALOG_WEIGHT = 1
 # The sentence encoder of a new bank's scope gate and router: all-MiniLM-L6-v2 with int8 matrix weights. Scope
 # plus routing reads two texts per request (the gate the request with its values masked, the router with its

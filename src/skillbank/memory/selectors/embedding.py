@@ -250,7 +250,7 @@ class EmbeddingLDANBAddress(Selector):
         params = {"encoder": self.encoder, "prior_strength": self.prior_strength,
                   "lexical_weight": self.lexical_weight, "nb_params": self.nb_params,
                   "payload_min_words": self.payload_min_words}
-        if self.catalog_weight:  # states saved before the option keep their params (and exports stay importable)
+        if self.catalog_weight:  # absent at 0: the parameters of a state saved before the option stay as saved
             params["catalog_weight"] = self.catalog_weight
         return params
 
