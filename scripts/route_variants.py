@@ -148,13 +148,17 @@ def sentences(request: str) -> list[str]:
     return out + [current] if current else out or [request]
 
 
-def route_by_surest_sentence(router, requests: list[str]) -> list[str]:
-    """Each request of several sentences routed by the one sentence whose routing probability is highest."""
+def route_by_surest_sentence(router, requests: list[str], *, with_whole: bool = False) -> list[str]:
+    """Each request of several sentences routed by the one sentence whose routing probability is highest
+    (``with_whole``: by the sum of that sentence's and the whole request's log-probabilities)."""
     routed = []
     for request in requests:
         parts = sentences(request)
         proba = router.predict_proba(parts if len(parts) > 1 else [request])
-        routed.append(router.classes_[int(np.argmax(proba[np.argmax(proba.max(axis=1))]))])
+        score = np.log(np.maximum(proba[np.argmax(proba.max(axis=1))], 1e-300))
+        if with_whole and len(parts) > 1:
+            score = score + np.log(np.maximum(router.predict_proba([request])[0], 1e-300))
+        routed.append(router.classes_[int(np.argmax(score))])
     return routed
 
 
@@ -164,18 +168,20 @@ def surest_sentence_table(families: list[int]) -> None:
     from skillbank.experiments.routing import fit_stages
     from skillbank.memory.address import HashingNBAddress
 
-    print("\n## Routing the whole request / the sentence the router is surest of: held-out templates / "
-          "hand-written development / frozen test (not chosen on)")
+    print("\n## Routing by the whole request | the sentence the router is surest of | both summed: held-out "
+          "templates / hand-written development / frozen test (not chosen on)")
     for k in families:
         stream = build_builtin_stream(seed=0, train_per_family=200, test_per_family=50, families=k)
         sets = builtin_sets(stream)
         for name, router in (("FSM's Address Memory", HashingNBAddress()), ("a new bank's router", make_router("default"))):
             fit_stages(router, stream, stream.family_keys)
             whole = [accuracy(router, pairs) for pairs in sets.values()]
-            surest = [float(np.mean([p == f for p, (_, f) in zip(route_by_surest_sentence(router, [q for q, _ in pairs]), pairs)]))
-                      for pairs in sets.values()]
-            print(f"- K = {k}, {name}: " + " / ".join(f"{a:.1%}" for a in whole) + "  vs  "
-                  + " / ".join(f"{a:.1%}" for a in surest), flush=True)
+            rows_ = [whole]
+            for with_whole in (False, True):
+                rows_.append([float(np.mean([p == f for p, (_, f) in zip(
+                    route_by_surest_sentence(router, [q for q, _ in pairs], with_whole=with_whole), pairs)]))
+                    for pairs in sets.values()])
+            print(f"- K = {k}, {name}: " + "  |  ".join(" / ".join(f"{a:.1%}" for a in r) for r in rows_), flush=True)
 
 
 def main() -> None:
