@@ -19,7 +19,7 @@ requests a family). Variants:
   case, punctuation, politeness, shorthand, typos; values kept).
 
     .venv/bin/python scripts/route_variants.py --taskbench PATH/TO/taskbench --json results/route-variants/variants.json
-    .venv/bin/python scripts/route_variants.py --misroutes   # the lexical router's template misroutes explained,
+    .venv/bin/python scripts/route_variants.py --misroutes [--bank BANK]   # the lexical router's template misroutes explained,
                                                              # and each router routing by its surest sentence
 """
 from __future__ import annotations
@@ -107,10 +107,12 @@ def accuracy(router, pairs) -> float:
     return float(np.mean([p == f for p, (_, f) in zip(predicted, pairs)]))
 
 
-def explain_misroutes(k: int = 5) -> None:
+def explain_misroutes(k: int = 5, bank_dir: Path | None = None) -> None:
     """Each held-out template request FSM's Address Memory (the harness's and the paper's router) sends to
     another family, with the word n-grams that pull hardest toward that family (log-likelihood ratio of the
-    two families, nats): why its routing stops at ~98% on templates."""
+    two families, nats): why its routing stops at ~98% on templates. With ``bank_dir`` (a bank of the stream's
+    families) each one is also planned by its own family's shard and by the shard it was routed to, scored
+    against its gold graph: what the misroute costs in graph EM."""
     from skillbank.data.builtin import build_builtin_stream
     from skillbank.experiments.routing import fit_stages
     from skillbank.memory.address import HashingNBAddress
@@ -119,6 +121,11 @@ def explain_misroutes(k: int = 5) -> None:
     nb = fit_stages(HashingNBAddress(), stream, stream.family_keys)
     weights, norm = nb._weights()
     pairs = [(r.request, key) for key in stream.family_keys for r in stream.test[key]]
+    graphs = {r.request: r.graph for key in stream.family_keys for r in stream.test[key]}
+    bank = None
+    if bank_dir is not None:
+        from skillbank.memory.bank import SkillBank
+        bank = SkillBank.open(bank_dir)
     print(f"\n## FSM's Address Memory, K = {k}: misrouted held-out template requests")
     for (request, gold), routed in zip(pairs, nb.predict([q for q, _ in pairs])):
         if routed == gold:
@@ -132,6 +139,15 @@ def explain_misroutes(k: int = 5) -> None:
         print(f"- {gold} -> {routed}: {request}\n  toward {routed}: "
               + ", ".join(f"{gram!r} {v:+.1f}" for v, gram in pulls[:5])
               + f"; toward {gold}: " + ", ".join(f"{gram!r} {v:+.1f}" for v, gram in pulls[::-1][:3]))
+        if bank is not None:
+            from skillbank.graph import TaskGraph
+            from skillbank.metrics import score_example
+            em = {}
+            for shard in (gold, routed):
+                plan = bank.plan([request], shard=shard)[0]
+                pred = TaskGraph.from_dict(plan.graph) if plan.graph is not None else None
+                em[shard] = score_example(graphs[request], pred).graph_em
+            print(f"  graph EM planned by {gold}'s shard: {em[gold]:.0f}, by {routed}'s: {em[routed]:.0f}")
 
 
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
@@ -192,9 +208,11 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--misroutes", action="store_true", help="instead: FSM's Address Memory's template misroutes "
                     "explained, and each router routing by the sentence it is surest of")
+    ap.add_argument("--bank", type=Path, help="with --misroutes: a bank of the five built-in families (the demo's "
+                    "recipe) that plans each misroute with its own shard and with the routed one")
     args = ap.parse_args()
     if args.misroutes:
-        explain_misroutes()
+        explain_misroutes(bank_dir=args.bank)
         surest_sentence_table([int(x) for x in args.families.split(",")])
         return
 
