@@ -133,6 +133,8 @@ def test_embedding_router_counts_its_catalog_text(tmp_path, small_stream):
     assert "catalog_weight" not in plain.get_params()  # states saved before the option keep their parameters
     with pytest.raises(SelectorError, match="no class"):
         read.partial_fit_catalog(docs, "not-a-family")
+    with pytest.raises(SelectorError, match=r"catalog docs\[0\] is empty"):
+        read.partial_fit_catalog(["  "], keys[1])
     with pytest.raises(SelectorError, match="catalog_weight"):
         make_selector("embed-lda-nb", catalog_weight=-1)
     with pytest.raises(SelectorError, match="lexical_weight"):

@@ -459,11 +459,11 @@ class SkillBank:
             if imported is not None:
                 _merge_family_stats(address, scope, family, imported)
             else:
-                requests = [r.request for r in records]
+                requests, docs = [r.request for r in records], catalog_text(specs)
                 address.partial_fit(requests, family)
-                address.partial_fit_catalog(catalog_text(specs), family)
+                address.partial_fit_catalog(docs, family)
                 if scope is not None:
-                    scope.partial_fit(requests, family, catalog_text(specs), **fit_inputs(records, family))
+                    scope.partial_fit(requests, family, docs, **fit_inputs(records, family))
             address_rel = f"address/{index:04d}"
             address.save(self.root / address_rel)
             if scope is not None:

@@ -299,7 +299,7 @@ class EmbeddingLDANBAddress(Selector):
         requests first: its row must exist). Measured on hand-written requests and the TaskBench sample
         (docs/routing.md, "The catalog as routing evidence")."""
         self._check_class(label)
-        docs = [d for d in docs if isinstance(d, str) and d.strip()]
+        docs = check_requests(docs, "catalog docs")
         if self.catalog_weight and docs:
             self.nb_.partial_fit(self.read(docs) * self.catalog_weight, label)
         return self
