@@ -70,6 +70,7 @@ FAST = dict(epochs=3, batch_size=8, lr=2e-2, warmup_ratio=0.0, target_modules=("
     ({"layers_to_transform": (-1,)}, r"TrainConfig\.layers_to_transform"),
     ({"target_format": "xml"}, r"TrainConfig\.target_format"),
     ({"precision": "fp16"}, r"TrainConfig\.precision"),
+    ({"attention": "flash"}, r"TrainConfig\.attention"),
     ({"max_grad_norm": 0}, r"TrainConfig\.max_grad_norm"),
 ])
 def test_config_validation_names_the_parameter(kwargs, match):
@@ -217,3 +218,51 @@ def test_the_shared_prompt_head_runs_once_with_the_same_logits_and_gradients(tin
     odd = {k: v.clone() for k, v in batch.items()}
     odd["input_ids"][1, 0] = odd["input_ids"][0, 0] + 1
     assert shared_head_length(odd) == 0
+
+
+def test_training_attention_is_eager_on_a_cpu_and_planning_keeps_the_models_own(tiny):
+    """"auto" trains with transformers' eager attention on a CPU (the faster kernel there with bf16 autocast): the
+    same target logits and adapter gradients as the fused kernel, to float rounding, and the model's own
+    attention back in place once fit returns, so planning with the same loaded model is unchanged."""
+    from skillbank.train.executor import add_lora, build_examples
+    from skillbank.train.loop import (attention_implementation, collate, fit, resolve_attention, target_logits)
+
+    lm = tiny.model
+    own = lm.config._attn_implementation
+    assert own == "sdpa"
+    assert resolve_attention("auto", torch.device("cpu")) == "eager"
+    assert resolve_attention("auto", torch.device("cuda")) is None and resolve_attention("sdpa", torch.device("cpu")) == "sdpa"
+
+    cfg = TrainConfig(rank=4, alpha=8, dropout=0.0, target_format="compact")
+    examples, _ = build_examples(tiny, records(6), cfg, P)
+    peft = add_lora(tiny, "attn", cfg)
+    tiny.activate(["attn"])
+    params = [p for n, p in peft.named_parameters() if "lora_" in n and ".attn." in n]
+    with torch.no_grad():
+        for p in params:
+            p.normal_(std=0.05)
+    for p in params:
+        p.requires_grad_(True)
+    batch = collate(examples, tiny.tokenizer.pad_token_id)
+    results = []
+    for impl in ("sdpa", "eager"):
+        for p in params:
+            p.grad = None
+        with attention_implementation(peft.get_base_model(), impl):
+            assert peft.get_base_model().config._attn_implementation == impl
+            logits, labels = target_logits(peft.get_base_model(), batch, share_head=True)
+            torch.nn.functional.cross_entropy(logits.float(), labels).backward()
+        assert lm.config._attn_implementation == own
+        results.append((logits.detach(), [p.grad.clone() for p in params]))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-4, atol=1e-4)
+    for a, b in zip(results[0][1], results[1][1]):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5 * float(a.abs().max()) + 1e-8)
+
+    seen = []
+    fit(tiny, examples, TrainConfig(**{**FAST, "epochs": 1}), adapter="attn", progress=False,
+        on_step=lambda step: seen.append(lm.config._attn_implementation))
+    assert seen and set(seen) == {"eager"} and lm.config._attn_implementation == own
+    seen.clear()
+    fit(tiny, examples, TrainConfig(**{**FAST, "epochs": 1, "attention": "sdpa"}), adapter="attn", progress=False,
+        on_step=lambda step: seen.append(lm.config._attn_implementation))
+    assert set(seen) == {"sdpa"}

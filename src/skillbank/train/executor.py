@@ -29,8 +29,8 @@ from skillbank.errors import ModelError
 from skillbank.model.base import LoadedBase, freeze_all
 from skillbank.model.prompts import DEFAULT_SYSTEM_PROMPT, Example, build_example
 from skillbank.model.serialization import FORMATS, encode
-from skillbank.train.loop import (PRECISIONS, FitResult, adapter_parameters, collate, fit, length_grouped_batches,
-                                  resolve_precision, target_loss)
+from skillbank.train.loop import (ATTENTIONS, PRECISIONS, FitResult, adapter_parameters, collate, fit,
+                                  length_grouped_batches, resolve_precision, target_loss)
 
 __all__ = ["TrainConfig", "TrainSummary", "train_executor", "add_lora", "build_examples", "summarize", "freeze_all",
            "common_prefix", "top_layers", "copy_lora", "lora_tensors", "resolve_precision", "collate",
@@ -57,6 +57,9 @@ class TrainConfig:
     target_format: "json" (the contract, full ids) or "compact" (see serialization; ~3x fewer tokens).
     system_prompt: the fixed system instruction (prompts.DEFAULT_SYSTEM_PROMPT or PAPER_SYSTEM_PROMPT).
     precision: "bf16" (autocast to bfloat16), "fp32", or "auto" = bf16 where the device supports it.
+    attention: the attention kernel while training: "eager", "sdpa", or "auto" = eager on a CPU (1.25x faster
+        there with bf16 autocast, the same loss; bench/train_attention.py), the model's own elsewhere. Planning
+        keeps the model's own either way.
     """
 
     rank: int = 16
@@ -77,6 +80,7 @@ class TrainConfig:
     target_format: str = "json"
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     precision: str = "auto"
+    attention: str = "auto"
 
     def __post_init__(self):
         def bad(name, expected):
@@ -118,6 +122,8 @@ class TrainConfig:
             bad("system_prompt", "a string")
         if self.precision not in PRECISIONS:
             bad("precision", f"one of {list(PRECISIONS)}")
+        if self.attention not in ATTENTIONS:
+            bad("attention", f"one of {list(ATTENTIONS)}")
         if not isinstance(self.seed, int):
             bad("seed", "an integer")
 

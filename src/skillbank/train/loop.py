@@ -37,9 +37,11 @@ from skillbank.model.prompts import IGNORE_INDEX, Example
 from skillbank.train.checkpoint import FitCheckpoint, fit_fingerprint, python_rng_state, set_python_rng_state
 
 __all__ = ["LossTerm", "StepContext", "FitResult", "fit", "target_logits", "target_loss", "shared_head_length",
-           "collate", "length_grouped_batches", "resolve_precision", "adapter_parameters", "swapped_adapters"]
+           "collate", "length_grouped_batches", "resolve_precision", "resolve_attention", "attention_implementation",
+           "adapter_parameters", "swapped_adapters"]
 
 PRECISIONS = ("auto", "fp32", "bf16")
+ATTENTIONS = ("auto", "eager", "sdpa")
 
 
 # -- pieces ------------------------------------------------------------------------------------
@@ -55,6 +57,33 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     if precision != "auto":
         return precision
     return "bf16" if bf16_is_fast(device) else "fp32"
+
+
+def resolve_attention(attention: str, device: torch.device) -> str | None:
+    """"auto" -> "eager" on a CPU, else None (the model's own, sdpa where transformers has it).
+
+    On a CPU, torch's fused attention kernel is the slower one for training at these lengths: with bfloat16
+    autocast an epoch of the demo's recipe runs 1.25x faster with transformers' eager attention (matmul +
+    softmax) and reaches the same loss; in float32 the two are within 3% (bench/train_attention.py). On a GPU
+    the fused kernel (flash / memory-efficient) is the fast one."""
+    if attention != "auto":
+        return attention
+    return "eager" if device.type == "cpu" else None
+
+
+@contextmanager
+def attention_implementation(model, implementation: str | None) -> Iterator[None]:
+    """Run the body with ``model``'s attention set to ``implementation`` (None: leave it), then restore it, so that
+    what plans with the same loaded model afterwards computes exactly as before."""
+    before = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if implementation is None or before is None or implementation == before:
+        yield
+        return
+    model.set_attn_implementation(implementation)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
 
 
 def length_grouped_batches(lengths: Sequence[int], batch_size: int, generator: random.Random,
@@ -286,6 +315,7 @@ def fit(base: LoadedBase, examples: Sequence[Example], cfg, *, adapter: str, act
     peft_model = base.activate(active)
     device = next(peft_model.parameters()).device  # where the base was loaded (BaseModelConfig.device)
     precision = resolve_precision(cfg.precision, device)
+    attention = resolve_attention(cfg.attention, device)
     named = adapter_parameters(peft_model, adapter)
     if not named:
         raise ModelError(f"adapter {adapter!r} has no parameters; check TrainConfig.target_modules")
@@ -349,68 +379,69 @@ def fit(base: LoadedBase, examples: Sequence[Example], cfg, *, adapter: str, act
                    dynamic_ncols=True, leave=True)
     t0 = time.perf_counter() - done_seconds
     peft_model.train()
-    try:
-        for epoch in range(cfg.epochs):
-            if epoch < start_epoch:  # finished before the checkpoint (whose generator state is that of its epoch)
-                continue
-            if epoch == start_epoch and resume_rng is not None:
-                set_python_rng_state(rng, resume_rng)
-            epoch_rng = python_rng_state(rng)
-            batches = length_grouped_batches(lengths, cfg.batch_size, rng)
-            first = start_batch if epoch == start_epoch else 0
-            for k in range(first, len(batches), group_size):
-                group = batches[k:k + group_size]
-                mine = group[rank::world]
-                step_loss = 0.0
-                for idx in mine:
-                    batch = {n: t.to(device) for n, t in collate([examples[i] for i in idx], pad_id).items()}
-                    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-                        logits, labels = target_logits(lm, batch, share_head=SHARE_PROMPT_HEAD and cfg.dropout == 0)
-                        loss = torch.nn.functional.cross_entropy(logits.float(), labels)
-                        step_loss += float(loss.detach()) / len(mine)
-                        if terms:
-                            ctx = StepContext(lm, base, batch, logits, labels, step, named)
-                            for term in terms:
-                                value = term(ctx)
-                                term_sums[term.name] += float(value.detach()) / len(mine)
-                                loss = loss + value
-                    accelerator.backward(loss / len(group))
-                    tokens += int(batch["attention_mask"].sum())
-                    target_tokens += int((batch["labels"] != IGNORE_INDEX).sum())
-                    padded += batch["input_ids"].numel()
-                if world > 1:  # every process must apply the same update
-                    for p in params:
-                        if p.grad is None:
-                            p.grad = torch.zeros_like(p)
-                        p.grad = accelerator.reduce(p.grad, reduction="sum")
-                if cfg.max_grad_norm is not None:
-                    torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                step += 1
-                curve.append(step_loss)
-                if bar is not None:
-                    rate = tokens * world / max(time.perf_counter() - t0, 1e-9)
-                    bar.set_postfix(epoch=f"{epoch + 1}/{cfg.epochs}", loss=f"{step_loss:.4f}", tok_s=f"{rate:.0f}")
-                    bar.update(1)
-                if checkpoint is not None and step < total_steps and checkpoint.due() and accelerator.is_main_process:
-                    checkpoint.save(snapshot(epoch, k + group_size, epoch_rng))
-                if on_step is not None:
-                    on_step(step)
-                    peft_model.train()
-                    for p in params:
-                        p.requires_grad_(True)
-        if checkpoint is not None and accelerator.is_main_process:
-            if checkpoint.keep_final:  # past the last epoch: a rerun loads these weights and trains no step
-                checkpoint.save({**snapshot(cfg.epochs, 0, python_rng_state(rng)), "finished": True})
-            else:
-                checkpoint.remove()
-    finally:
-        if bar is not None:
-            bar.close()
-        optimizer.zero_grad(set_to_none=True)
-        base.activate(active)  # eval mode, everything frozen
+    with attention_implementation(lm, attention):
+        try:
+            for epoch in range(cfg.epochs):
+                if epoch < start_epoch:  # finished before the checkpoint (whose generator state is that of its epoch)
+                    continue
+                if epoch == start_epoch and resume_rng is not None:
+                    set_python_rng_state(rng, resume_rng)
+                epoch_rng = python_rng_state(rng)
+                batches = length_grouped_batches(lengths, cfg.batch_size, rng)
+                first = start_batch if epoch == start_epoch else 0
+                for k in range(first, len(batches), group_size):
+                    group = batches[k:k + group_size]
+                    mine = group[rank::world]
+                    step_loss = 0.0
+                    for idx in mine:
+                        batch = {n: t.to(device) for n, t in collate([examples[i] for i in idx], pad_id).items()}
+                        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+                            logits, labels = target_logits(lm, batch, share_head=SHARE_PROMPT_HEAD and cfg.dropout == 0)
+                            loss = torch.nn.functional.cross_entropy(logits.float(), labels)
+                            step_loss += float(loss.detach()) / len(mine)
+                            if terms:
+                                ctx = StepContext(lm, base, batch, logits, labels, step, named)
+                                for term in terms:
+                                    value = term(ctx)
+                                    term_sums[term.name] += float(value.detach()) / len(mine)
+                                    loss = loss + value
+                        accelerator.backward(loss / len(group))
+                        tokens += int(batch["attention_mask"].sum())
+                        target_tokens += int((batch["labels"] != IGNORE_INDEX).sum())
+                        padded += batch["input_ids"].numel()
+                    if world > 1:  # every process must apply the same update
+                        for p in params:
+                            if p.grad is None:
+                                p.grad = torch.zeros_like(p)
+                            p.grad = accelerator.reduce(p.grad, reduction="sum")
+                    if cfg.max_grad_norm is not None:
+                        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                    optimizer.step()
+                    scheduler.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    step += 1
+                    curve.append(step_loss)
+                    if bar is not None:
+                        rate = tokens * world / max(time.perf_counter() - t0, 1e-9)
+                        bar.set_postfix(epoch=f"{epoch + 1}/{cfg.epochs}", loss=f"{step_loss:.4f}", tok_s=f"{rate:.0f}")
+                        bar.update(1)
+                    if checkpoint is not None and step < total_steps and checkpoint.due() and accelerator.is_main_process:
+                        checkpoint.save(snapshot(epoch, k + group_size, epoch_rng))
+                    if on_step is not None:
+                        on_step(step)
+                        peft_model.train()
+                        for p in params:
+                            p.requires_grad_(True)
+            if checkpoint is not None and accelerator.is_main_process:
+                if checkpoint.keep_final:  # past the last epoch: a rerun loads these weights and trains no step
+                    checkpoint.save({**snapshot(cfg.epochs, 0, python_rng_state(rng)), "finished": True})
+                else:
+                    checkpoint.remove()
+        finally:
+            if bar is not None:
+                bar.close()
+            optimizer.zero_grad(set_to_none=True)
+            base.activate(active)  # eval mode, everything frozen
     wall = time.perf_counter() - t0
     last = curve[-steps_per_epoch:]
     return FitResult(steps=len(curve), total_tokens=tokens * world, target_tokens=target_tokens * world,
