@@ -1,10 +1,12 @@
-"""Training with torch's fused attention kernel (sdpa) vs transformers' eager attention, on the embedded base.
+"""Training with each way of computing attention, on the embedded base: torch's fused kernel as autocast gives it
+(``sdpa``, bfloat16 on a CPU with native bf16), the same kernel in float32 inside the bfloat16 step (``sdpa-fp32``)
+and transformers' eager attention (matrix products and a softmax, ``eager``).
 
-``TrainConfig.attention = "auto"`` trains with eager attention on a CPU; this is the measurement behind that
-choice. It times one epoch of ``fit`` with the demo's recipe (rank 64 on the attention projections, batch 8,
-the shared prompt head, bf16 autocast where the CPU has it) on built-in training records both ways, the two
-kernels alternating round by round so that a drift of the host's speed hits both, and prints tokens/s per round,
-the ratio eager / sdpa, and each round's first-step and last-epoch loss (the same computation to rounding).
+``TrainConfig.attention = "auto"`` trains with eager attention on a CPU; this is the measurement behind that choice.
+It times one epoch of ``fit`` with the demo's recipe (rank 64 on the attention projections, batch 8, the shared
+prompt head, bf16 autocast where the CPU has it) on built-in training records each way, the order reversed round
+by round so that a drift of the host's speed hits all alike, and prints tokens/s per round, the ratios to sdpa,
+and each round's first-step and last-epoch loss (how far each computation is from the others).
 
     .venv/bin/python bench/train_attention.py [--records 96] [--rounds 3] [--precision fp32]
 """
@@ -46,9 +48,10 @@ def main() -> None:
     print(f"{len(examples)} examples of {args.family}, {torch.get_num_threads()} threads, weights "
           f"{next(base.model.parameters()).dtype}, precision {loop.resolve_precision(cfg.precision, device)}, "
           f"load {os.getloadavg()[0]:.2f}", flush=True)
-    rates: dict[str, list[float]] = {"sdpa": [], "eager": []}
+    kernels = ("sdpa", "sdpa-fp32", "eager")
+    rates: dict[str, list[float]] = {k: [] for k in kernels}
     for r in range(args.rounds):
-        for kernel in ("sdpa", "eager") if r % 2 == 0 else ("eager", "sdpa"):
+        for kernel in kernels if r % 2 == 0 else kernels[::-1]:
             one_epoch = dataclasses.replace(cfg, epochs=1, attention=kernel)
             name = f"attn-{r}-{kernel}"
             add_lora(base, name, one_epoch)
@@ -56,11 +59,13 @@ def main() -> None:
             base.remove_adapter(name)
             rate = result.total_tokens / result.wall_seconds
             rates[kernel].append(rate)
-            print(f"round {r + 1} {kernel:5s}: {rate:6.1f} tokens/s, {result.wall_seconds:5.1f} s, first-step loss "
+            print(f"round {r + 1} {kernel:9s}: {rate:6.1f} tokens/s, {result.wall_seconds:5.1f} s, first-step loss "
                   f"{result.loss_curve[0]:.5f}, epoch loss {result.final_loss:.4f}", flush=True)
-    ratios = [e / s for e, s in zip(rates["eager"], rates["sdpa"])]
-    print(f"eager / sdpa: median {statistics.median(ratios):.2f}x (rounds: {', '.join(f'{x:.2f}' for x in ratios)}); "
-          f"load {os.getloadavg()[0]:.2f}")
+    for kernel in kernels[1:]:
+        ratios = [a / b for a, b in zip(rates[kernel], rates["sdpa"])]
+        print(f"{kernel} / sdpa: median {statistics.median(ratios):.2f}x (rounds: "
+              f"{', '.join(f'{x:.2f}' for x in ratios)})")
+    print(f"load {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -220,10 +220,11 @@ def test_the_shared_prompt_head_runs_once_with_the_same_logits_and_gradients(tin
     assert shared_head_length(odd) == 0
 
 
-def test_training_attention_is_eager_on_a_cpu_and_planning_keeps_the_models_own(tiny):
-    """"auto" trains with transformers' eager attention on a CPU (the faster kernel there with bf16 autocast): the
-    same target logits and adapter gradients as the fused kernel, to float rounding, and the model's own
-    attention back in place once fit returns, so planning with the same loaded model is unchanged."""
+@pytest.mark.parametrize("autocast", [False, True])
+def test_training_attention_is_eager_on_a_cpu_and_planning_keeps_the_models_own(tiny, autocast):
+    """"auto" trains with eager attention on a CPU (faster there than the fused kernel inside a bf16 step), and
+    "sdpa-fp32" runs that kernel in float32: the same target logits and adapter gradients as the model's own, to rounding,
+    and the model's own attention back in place once fit returns, so planning with the same model is unchanged."""
     from skillbank.train.executor import add_lora, build_examples
     from skillbank.train.loop import (attention_implementation, collate, fit, resolve_attention, target_logits)
 
@@ -245,18 +246,22 @@ def test_training_attention_is_eager_on_a_cpu_and_planning_keeps_the_models_own(
         p.requires_grad_(True)
     batch = collate(examples, tiny.tokenizer.pad_token_id)
     results = []
-    for impl in ("sdpa", "eager"):
+    for impl in ("sdpa", "sdpa-fp32", "eager"):
         for p in params:
             p.grad = None
         with attention_implementation(peft.get_base_model(), impl):
-            assert peft.get_base_model().config._attn_implementation == impl
-            logits, labels = target_logits(peft.get_base_model(), batch, share_head=True)
-            torch.nn.functional.cross_entropy(logits.float(), labels).backward()
+            assert peft.get_base_model().config._attn_implementation.endswith(impl.replace("-", "_"))
+            with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=autocast):
+                logits, labels = target_logits(peft.get_base_model(), batch, share_head=True)
+                loss = torch.nn.functional.cross_entropy(logits.float(), labels)
+            loss.backward()
         assert lm.config._attn_implementation == own
-        results.append((logits.detach(), [p.grad.clone() for p in params]))
-    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-4, atol=1e-4)
-    for a, b in zip(results[0][1], results[1][1]):
-        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5 * float(a.abs().max()) + 1e-8)
+        results.append((logits.detach().float(), [p.grad.clone() for p in params]))
+    tol = 5e-2 if autocast else 1e-4  # bf16 matrix products: each way rounds its own
+    for logits, grads in results[1:]:
+        torch.testing.assert_close(logits, results[0][0], rtol=tol, atol=tol)
+        for a, b in zip(results[0][1], grads):
+            torch.testing.assert_close(b, a, rtol=tol, atol=tol * float(a.abs().max()) + 1e-8)
 
     seen = []
     fit(tiny, examples, TrainConfig(**{**FAST, "epochs": 1}), adapter="attn", progress=False,
@@ -266,3 +271,7 @@ def test_training_attention_is_eager_on_a_cpu_and_planning_keeps_the_models_own(
     fit(tiny, examples, TrainConfig(**{**FAST, "epochs": 1, "attention": "sdpa"}), adapter="attn", progress=False,
         on_step=lambda step: seen.append(lm.config._attn_implementation))
     assert set(seen) == {"sdpa"}
+    seen.clear()
+    fit(tiny, examples, TrainConfig(**{**FAST, "epochs": 1, "attention": "sdpa-fp32"}), adapter="attn", progress=False,
+        on_step=lambda step: seen.append(lm.config._attn_implementation))
+    assert set(seen) == {"skillbank_sdpa_fp32"} and lm.config._attn_implementation == own

@@ -41,7 +41,7 @@ __all__ = ["LossTerm", "StepContext", "FitResult", "fit", "target_logits", "targ
            "adapter_parameters", "swapped_adapters"]
 
 PRECISIONS = ("auto", "fp32", "bf16")
-ATTENTIONS = ("auto", "eager", "sdpa")
+ATTENTIONS = ("auto", "sdpa-fp32", "eager", "sdpa")
 
 
 # -- pieces ------------------------------------------------------------------------------------
@@ -62,13 +62,43 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 def resolve_attention(attention: str, device: torch.device) -> str | None:
     """"auto" -> "eager" on a CPU, else None (the model's own, sdpa where transformers has it).
 
-    On a CPU, torch's fused attention kernel is the slower one for training at these lengths: with bfloat16
-    autocast an epoch of the demo's recipe runs 1.25x faster with transformers' eager attention (matmul +
-    softmax) and reaches the same loss; in float32 the two are within 3% (bench/train_attention.py). On a GPU
-    the fused kernel (flash / memory-efficient) is the fast one."""
+    On a CPU, torch's fused attention kernel is slow in bfloat16 (as autocast gives it): an epoch of the demo's
+    recipe runs 1.24-1.27x faster with transformers' eager attention and 1.16x faster with the fused kernel in
+    float32 ("sdpa-fp32", the most exact of the three), at the same loss to the third decimal
+    (bench/train_attention.py); in a float32 step the kernels are within 3%. On a GPU the fused kernel is the
+    fast one."""
     if attention != "auto":
         return attention
     return "eager" if device.type == "cpu" else None
+
+
+# transformers' name for :func:`_sdpa_fp32` (its registries are process-wide)
+_SDPA_FP32 = "skillbank_sdpa_fp32"
+
+
+def _sdpa_fp32(module, query, key, value, attention_mask, **kwargs):
+    """transformers' own sdpa attention with autocast off and its inputs in float32, the output cast back. Written
+    here because transformers has no setting for the precision of attention alone."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if attention_mask is not None and attention_mask.is_floating_point():
+        attention_mask = attention_mask.float()
+    with torch.autocast(device_type=query.device.type, enabled=False):
+        out, weights = sdpa_attention_forward(module, query.float(), key.float(), value.float(), attention_mask,
+                                              **kwargs)
+    return out.to(query.dtype), weights
+
+
+def _registered(implementation: str) -> str:
+    """transformers' name of ``implementation``, registering "sdpa-fp32" (with sdpa's masks) on the way."""
+    if implementation != "sdpa-fp32":
+        return implementation
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(_SDPA_FP32, _sdpa_fp32)
+    AttentionMaskInterface.register(_SDPA_FP32, sdpa_mask)
+    return _SDPA_FP32
 
 
 @contextmanager
@@ -79,7 +109,7 @@ def attention_implementation(model, implementation: str | None) -> Iterator[None
     if implementation is None or before is None or implementation == before:
         yield
         return
-    model.set_attn_implementation(implementation)
+    model.set_attn_implementation(_registered(implementation))
     try:
         yield
     finally:
