@@ -275,3 +275,12 @@ def test_training_attention_is_eager_on_a_cpu_and_planning_keeps_the_models_own(
     fit(tiny, examples, TrainConfig(**{**FAST, "epochs": 1, "attention": "sdpa-fp32"}), adapter="attn", progress=False,
         on_step=lambda step: seen.append(lm.config._attn_implementation))
     assert set(seen) == {"skillbank_sdpa_fp32"} and lm.config._attn_implementation == own
+
+
+def test_an_attention_the_model_cannot_run_is_a_clear_error(tiny):
+    from skillbank.train.loop import attention_implementation
+
+    with pytest.raises(ModelError, match="TrainConfig.attention 'flash_attention_2'"):
+        with attention_implementation(tiny.model, "flash_attention_2"):
+            pass
+    assert tiny.model.config._attn_implementation == "sdpa"

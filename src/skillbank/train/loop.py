@@ -109,7 +109,10 @@ def attention_implementation(model, implementation: str | None) -> Iterator[None
     if implementation is None or before is None or implementation == before:
         yield
         return
-    model.set_attn_implementation(_registered(implementation))
+    try:
+        model.set_attn_implementation(_registered(implementation))
+    except (ValueError, ImportError) as exc:  # a model transformers cannot run that way
+        raise ModelError(f"TrainConfig.attention {implementation!r} does not work with this model: {exc}") from exc
     try:
         yield
     finally:
