@@ -29,21 +29,18 @@ def main() -> None:
 
     import torch
 
+    from train_head import built_in_examples, timed_epoch
+
     from skillbank.config import RunConfig, packaged_config
-    from skillbank.data.builtin import build_builtin_stream
     from skillbank.model.base import load_base
     from skillbank.train import loop
-    from skillbank.train.executor import add_lora, build_examples, common_prefix
 
     run = RunConfig.from_toml(packaged_config("demo"))
     cfg, base_cfg = run.train_config(), run.base_config()
     if args.precision == "fp32":
         cfg, base_cfg = dataclasses.replace(cfg, precision="fp32"), dataclasses.replace(base_cfg, dtype="float32")
     base = load_base(base_cfg, progress=False)
-    stream = build_builtin_stream(seed=0, train_per_family=max(args.records, 8), test_per_family=1)
-    records = stream.train[args.family][:args.records]
-    prefix = common_prefix(sorted({t for r in records for t in r.graph.tasks}))
-    examples, _ = build_examples(base, records, cfg, prefix)
+    examples = built_in_examples(base, cfg, args.family, args.records)
     device = next(base.model.parameters()).device
     print(f"{len(examples)} examples of {args.family}, {torch.get_num_threads()} threads, weights "
           f"{next(base.model.parameters()).dtype}, precision {loop.resolve_precision(cfg.precision, device)}, "
@@ -52,12 +49,7 @@ def main() -> None:
     rates: dict[str, list[float]] = {k: [] for k in kernels}
     for r in range(args.rounds):
         for kernel in kernels if r % 2 == 0 else kernels[::-1]:
-            one_epoch = dataclasses.replace(cfg, epochs=1, attention=kernel)
-            name = f"attn-{r}-{kernel}"
-            add_lora(base, name, one_epoch)
-            result = loop.fit(base, examples, one_epoch, adapter=name, progress=False)
-            base.remove_adapter(name)
-            rate = result.total_tokens / result.wall_seconds
+            rate, result = timed_epoch(base, examples, dataclasses.replace(cfg, attention=kernel), f"attn-{r}-{kernel}")
             rates[kernel].append(rate)
             print(f"round {r + 1} {kernel:9s}: {rate:6.1f} tokens/s, {result.wall_seconds:5.1f} s, first-step loss "
                   f"{result.loss_curve[0]:.5f}, epoch loss {result.final_loss:.4f}", flush=True)

@@ -16,6 +16,31 @@ import os
 import statistics
 
 
+def built_in_examples(base, cfg, family: str, n: int) -> list:
+    """The first ``n`` built-in training records of ``family`` as training examples of recipe ``cfg``."""
+    from skillbank.data.builtin import build_builtin_stream
+    from skillbank.train.executor import build_examples, common_prefix
+
+    stream = build_builtin_stream(seed=0, train_per_family=max(n, 8), test_per_family=1)
+    records = stream.train[family][:n]
+    prefix = common_prefix(sorted({t for r in records for t in r.graph.tasks}))
+    return build_examples(base, records, cfg, prefix)[0]
+
+
+def timed_epoch(base, examples, cfg, name: str):
+    """One epoch of ``fit`` on a fresh adapter ``name`` (removed after): (tokens/s, the FitResult)."""
+    import dataclasses
+
+    from skillbank.train import loop
+    from skillbank.train.executor import add_lora
+
+    one_epoch = dataclasses.replace(cfg, epochs=1)
+    add_lora(base, name, one_epoch)
+    result = loop.fit(base, examples, one_epoch, adapter=name, progress=False)
+    base.remove_adapter(name)
+    return result.total_tokens / result.wall_seconds, result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=48, help="training records per round (batch 8: records/8 steps)")
@@ -26,29 +51,19 @@ def main() -> None:
     import torch
 
     from skillbank.config import RunConfig, packaged_config
-    from skillbank.data.builtin import build_builtin_stream
     from skillbank.model.base import load_base
     from skillbank.train import loop
-    from skillbank.train.executor import add_lora, build_examples, common_prefix
 
     run = RunConfig.from_toml(packaged_config("demo"))
     cfg = run.train_config()
     base = load_base(run.base_config(), progress=False)
-    stream = build_builtin_stream(seed=0, train_per_family=max(args.records, 8), test_per_family=1)
-    records = stream.train[args.family][:args.records]
-    prefix = common_prefix(sorted({t for r in records for t in r.graph.tasks}))
-    examples, _ = build_examples(base, records, cfg, prefix)
-    one_epoch = type(cfg)(**{**cfg.to_dict(), "epochs": 1})
+    examples = built_in_examples(base, cfg, args.family, args.records)
     print(f"{len(examples)} examples, {torch.get_num_threads()} threads, load {os.getloadavg()[0]:.2f}", flush=True)
     rates: dict[bool, list[float]] = {True: [], False: []}
     for r in range(args.rounds):
         for share in (False, True) if r % 2 == 0 else (True, False):
             loop.SHARE_PROMPT_HEAD = share
-            name = f"head-{r}-{int(share)}"
-            add_lora(base, name, one_epoch)
-            result = loop.fit(base, examples, one_epoch, adapter=name, progress=False)
-            base.remove_adapter(name)
-            rate = result.total_tokens / result.wall_seconds
+            rate, result = timed_epoch(base, examples, cfg, f"head-{r}-{int(share)}")
             rates[share].append(rate)
             print(f"round {r + 1} shared head {'on ' if share else 'off'}: {rate:6.1f} tokens/s, "
                   f"{result.wall_seconds:5.1f} s, first-step loss {result.loss_curve[0]:.5f}", flush=True)

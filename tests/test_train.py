@@ -178,24 +178,32 @@ def test_small_cpu_preset():
     assert (cfg.target_format, cfg.dropout, cfg.lr, cfg.epochs, cfg.rank) == ("compact", 0.0, 2e-3, 4, 16)
 
 
+def perturbed_adapter(tiny, name: str):
+    """A rank-4 adapter ``name`` whose weights are random (a fresh LoRA's B is zero: the adapter's weights then have
+    something to differ on), trainable, with six examples and their collated batch."""
+    from skillbank.train.executor import add_lora, build_examples
+    from skillbank.train.loop import collate
+
+    cfg = TrainConfig(rank=4, alpha=8, dropout=0.0, target_format="compact")
+    examples, _ = build_examples(tiny, records(6), cfg, P)
+    peft = add_lora(tiny, name, cfg)
+    tiny.activate([name])
+    params = [p for n, p in peft.named_parameters() if "lora_" in n and f".{name}." in n]
+    with torch.no_grad():
+        for p in params:
+            p.normal_(std=0.05)
+    for p in params:
+        p.requires_grad_(True)
+    return peft, params, examples, collate(examples, tiny.tokenizer.pad_token_id)
+
+
 def test_the_shared_prompt_head_runs_once_with_the_same_logits_and_gradients(tiny):
     """The training forward may run the prompt head every row shares (system instruction, chat markup) once and
     let the rows attend to its keys and values: the target logits and the adapter's gradients are those of the
     whole batch's forward, to float rounding."""
-    from skillbank.train.executor import add_lora, build_examples
     from skillbank.train.loop import collate, shared_head_length, target_logits
 
-    cfg = TrainConfig(rank=4, alpha=8, dropout=0.0, target_format="compact")
-    examples, _ = build_examples(tiny, records(6), cfg, P)
-    peft = add_lora(tiny, "head", cfg)
-    tiny.activate(["head"])
-    params = [p for n, p in peft.named_parameters() if "lora_" in n and ".head." in n]
-    with torch.no_grad():
-        for p in params:
-            p.normal_(std=0.05)  # a fresh LoRA's B is zero: give the adapter's weights something to differ on
-    for p in params:
-        p.requires_grad_(True)
-    batch = collate(examples, tiny.tokenizer.pad_token_id)
+    peft, params, examples, batch = perturbed_adapter(tiny, "head")
     head = shared_head_length(batch)
     prompt = batch["labels"][0].ne(-100).nonzero()[0].item()
     assert 8 <= head < prompt  # the system turn and "Plan the following request:", not a request's own words
@@ -225,8 +233,7 @@ def test_training_attention_is_eager_on_a_cpu_and_planning_keeps_the_models_own(
     """"auto" trains with eager attention on a CPU (faster there than the fused kernel inside a bf16 step), and
     "sdpa-fp32" runs that kernel in float32: the same target logits and adapter gradients as the model's own, to rounding,
     and the model's own attention back in place once fit returns, so planning with the same model is unchanged."""
-    from skillbank.train.executor import add_lora, build_examples
-    from skillbank.train.loop import (attention_implementation, collate, fit, resolve_attention, target_logits)
+    from skillbank.train.loop import attention_implementation, fit, resolve_attention, target_logits
 
     lm = tiny.model
     own = lm.config._attn_implementation
@@ -234,17 +241,7 @@ def test_training_attention_is_eager_on_a_cpu_and_planning_keeps_the_models_own(
     assert resolve_attention("auto", torch.device("cpu")) == "eager"
     assert resolve_attention("auto", torch.device("cuda")) is None and resolve_attention("sdpa", torch.device("cpu")) == "sdpa"
 
-    cfg = TrainConfig(rank=4, alpha=8, dropout=0.0, target_format="compact")
-    examples, _ = build_examples(tiny, records(6), cfg, P)
-    peft = add_lora(tiny, "attn", cfg)
-    tiny.activate(["attn"])
-    params = [p for n, p in peft.named_parameters() if "lora_" in n and ".attn." in n]
-    with torch.no_grad():
-        for p in params:
-            p.normal_(std=0.05)
-    for p in params:
-        p.requires_grad_(True)
-    batch = collate(examples, tiny.tokenizer.pad_token_id)
+    peft, params, examples, batch = perturbed_adapter(tiny, "attn")
     results = []
     for impl in ("sdpa", "sdpa-fp32", "eager"):
         for p in params:
