@@ -2,7 +2,8 @@
 (``sdpa``, bfloat16 on a CPU with native bf16), the same kernel in float32 inside the bfloat16 step (``sdpa-fp32``)
 and transformers' eager attention (matrix products and a softmax, ``eager``).
 
-``TrainConfig.attention = "auto"`` trains with eager attention on a CPU; this is the measurement behind that choice.
+``TrainConfig.attention = "auto"`` trains with sdpa-fp32 on a CPU; with the demo runs of docs/lab-notebook.md this
+is the measurement behind that choice.
 It times one epoch of ``fit`` with the demo's recipe (rank 64 on the attention projections, batch 8, the shared
 prompt head, bf16 autocast where the CPU has it) on built-in training records each way, the order reversed round
 by round so that a drift of the host's speed hits all alike, and prints tokens/s per round, the ratios to sdpa,

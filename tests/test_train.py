@@ -229,16 +229,16 @@ def test_the_shared_prompt_head_runs_once_with_the_same_logits_and_gradients(tin
 
 
 @pytest.mark.parametrize("autocast", [False, True])
-def test_training_attention_is_eager_on_a_cpu_and_planning_keeps_the_models_own(tiny, autocast):
-    """"auto" trains with eager attention on a CPU (faster there than the fused kernel inside a bf16 step), and
-    "sdpa-fp32" runs that kernel in float32: the same target logits and adapter gradients as the model's own, to rounding,
+def test_training_attention_is_fp32_sdpa_on_a_cpu_and_planning_keeps_the_models_own(tiny, autocast):
+    """"auto" trains with the fused attention kernel in float32 on a CPU (faster there inside a bf16 step than in
+    bf16), and "eager" with transformers' own: the same target logits and adapter gradients as the model's, to rounding,
     and the model's own attention back in place once fit returns, so planning with the same model is unchanged."""
     from skillbank.train.loop import attention_implementation, fit, resolve_attention, target_logits
 
     lm = tiny.model
     own = lm.config._attn_implementation
     assert own == "sdpa"
-    assert resolve_attention("auto", torch.device("cpu")) == "eager"
+    assert resolve_attention("auto", torch.device("cpu")) == "sdpa-fp32"
     assert resolve_attention("auto", torch.device("cuda")) is None and resolve_attention("sdpa", torch.device("cpu")) == "sdpa"
 
     peft, params, examples, batch = perturbed_adapter(tiny, "attn")
@@ -263,15 +263,15 @@ def test_training_attention_is_eager_on_a_cpu_and_planning_keeps_the_models_own(
     seen = []
     fit(tiny, examples, TrainConfig(**{**FAST, "epochs": 1}), adapter="attn", progress=False,
         on_step=lambda step: seen.append(lm.config._attn_implementation))
-    assert seen and set(seen) == {"eager"} and lm.config._attn_implementation == own
+    assert seen and set(seen) == {"skillbank_sdpa_fp32"} and lm.config._attn_implementation == own
     seen.clear()
     fit(tiny, examples, TrainConfig(**{**FAST, "epochs": 1, "attention": "sdpa"}), adapter="attn", progress=False,
         on_step=lambda step: seen.append(lm.config._attn_implementation))
     assert set(seen) == {"sdpa"}
     seen.clear()
-    fit(tiny, examples, TrainConfig(**{**FAST, "epochs": 1, "attention": "sdpa-fp32"}), adapter="attn", progress=False,
+    fit(tiny, examples, TrainConfig(**{**FAST, "epochs": 1, "attention": "eager"}), adapter="attn", progress=False,
         on_step=lambda step: seen.append(lm.config._attn_implementation))
-    assert set(seen) == {"skillbank_sdpa_fp32"} and lm.config._attn_implementation == own
+    assert set(seen) == {"eager"} and lm.config._attn_implementation == own
 
 
 def test_an_attention_the_model_cannot_run_is_a_clear_error(tiny):

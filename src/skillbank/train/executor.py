@@ -57,10 +57,10 @@ class TrainConfig:
     target_format: "json" (the contract, full ids) or "compact" (see serialization; ~3x fewer tokens).
     system_prompt: the fixed system instruction (prompts.DEFAULT_SYSTEM_PROMPT or PAPER_SYSTEM_PROMPT).
     precision: "bf16" (autocast to bfloat16), "fp32", or "auto" = bf16 where the device supports it.
-    attention: how attention is computed while training: "eager" (transformers' matrix products and softmax),
-        "sdpa" (torch's fused kernel), "sdpa-fp32" (that kernel in float32 inside a bfloat16 step), or "auto" =
-        eager on a CPU (1.24-1.27x faster there than sdpa with bf16 autocast, bench/train_attention.py), the
-        model's own elsewhere. Planning keeps the model's own either way.
+    attention: how attention is computed while training: "sdpa" (torch's fused kernel), "sdpa-fp32" (that kernel
+        in float32 inside a bfloat16 step), "eager" (transformers' matrix products and softmax), or "auto" =
+        sdpa-fp32 on a CPU (the demo trains 1.29x faster than with bf16 sdpa at the same EM; docs/lab-notebook.md),
+        the model's own elsewhere. Planning keeps the model's own either way.
     """
 
     rank: int = 16

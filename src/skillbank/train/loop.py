@@ -60,16 +60,15 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 
 
 def resolve_attention(attention: str, device: torch.device) -> str | None:
-    """"auto" -> "eager" on a CPU, else None (the model's own, sdpa where transformers has it).
+    """"auto" -> "sdpa-fp32" on a CPU, else None (the model's own, sdpa where transformers has it).
 
-    On a CPU, torch's fused attention kernel is slow in bfloat16 (as autocast gives it): an epoch of the demo's
-    recipe runs 1.24-1.27x faster with transformers' eager attention and 1.16x faster with the fused kernel in
-    float32 ("sdpa-fp32", the most exact of the three), at the same loss to the third decimal
-    (bench/train_attention.py); in a float32 step the kernels are within 3%. On a GPU the fused kernel is the
-    fast one."""
+    On a CPU, torch's fused attention kernel is slow in bfloat16 (as autocast gives it) and fast in float32. Run in
+    float32 inside the bfloat16 step it trains the demo in 756 s instead of 978 (eager attention: 730 s) at the
+    bfloat16 kernel's EM (66.4 / 68.0 against 66.4 / 68.4; eager 65.6 / 67.6), and it is the most exact of the
+    three (bench/train_attention.py, docs/lab-notebook.md). On a GPU the bfloat16 kernels are the fast ones."""
     if attention != "auto":
         return attention
-    return "eager" if device.type == "cpu" else None
+    return "sdpa-fp32" if device.type == "cpu" else None
 
 
 # transformers' name for :func:`_sdpa_fp32` (its registries are process-wide)
