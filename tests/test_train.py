@@ -281,3 +281,13 @@ def test_an_attention_the_model_cannot_run_is_a_clear_error(tiny):
         with attention_implementation(tiny.model, "flash_attention_2"):
             pass
     assert tiny.model.config._attn_implementation == "sdpa"
+
+
+def test_auto_attention_keeps_the_models_own_where_the_architecture_has_no_sdpa(tiny, monkeypatch):
+    _, _, examples, _ = perturbed_adapter(tiny, "own")
+    monkeypatch.setattr(tiny.model, "_supports_sdpa", False)
+    seen = []
+    from skillbank.train.loop import fit
+    fit(tiny, examples, TrainConfig(**{**FAST, "epochs": 1}), adapter="own", progress=False,
+        on_step=lambda step: seen.append(tiny.model.config._attn_implementation))
+    assert seen and set(seen) == {"sdpa"}

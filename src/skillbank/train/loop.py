@@ -348,6 +348,8 @@ def fit(base: LoadedBase, examples: Sequence[Example], cfg, *, adapter: str, act
     device = next(peft_model.parameters()).device  # where the base was loaded (BaseModelConfig.device)
     precision = resolve_precision(cfg.precision, device)
     attention = resolve_attention(cfg.attention, device)
+    if cfg.attention == "auto" and not getattr(peft_model.get_base_model(), "_supports_sdpa", False):
+        attention = None  # "auto" asks for the fast kernel where the architecture has one, else its own
     named = adapter_parameters(peft_model, adapter)
     if not named:
         raise ModelError(f"adapter {adapter!r} has no parameters; check TrainConfig.target_modules")
