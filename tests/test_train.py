@@ -233,25 +233,27 @@ def test_training_attention_is_fp32_sdpa_on_a_cpu_and_planning_keeps_the_models_
     """"auto" trains with the fused attention kernel in float32 on a CPU (faster there inside a bf16 step than in
     bf16), and "eager" with transformers' own: the same target logits and adapter gradients as the model's, to rounding,
     and the model's own attention back in place once fit returns, so planning with the same model is unchanged."""
-    from skillbank.train.loop import attention_implementation, fit, resolve_attention, target_logits
+    from skillbank.train.loop import fit, resolve_attention, set_attention, target_logits
 
     lm = tiny.model
     own = lm.config._attn_implementation
     assert own == "sdpa"
     assert resolve_attention("auto", torch.device("cpu")) == "sdpa-fp32"
     assert resolve_attention("auto", torch.device("cuda")) is None and resolve_attention("sdpa", torch.device("cpu")) == "sdpa"
+    assert resolve_attention("auto", torch.device("cpu"), has_sdpa=False) is None
 
     peft, params, examples, batch = perturbed_adapter(tiny, "attn")
     results = []
     for impl in ("sdpa", "sdpa-fp32", "eager"):
         for p in params:
             p.grad = None
-        with attention_implementation(peft.get_base_model(), impl):
-            assert peft.get_base_model().config._attn_implementation.endswith(impl.replace("-", "_"))
-            with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=autocast):
-                logits, labels = target_logits(peft.get_base_model(), batch, share_head=True)
-                loss = torch.nn.functional.cross_entropy(logits.float(), labels)
-            loss.backward()
+        restore = set_attention(peft.get_base_model(), impl)
+        assert peft.get_base_model().config._attn_implementation.endswith(impl.replace("-", "_"))
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=autocast):
+            logits, labels = target_logits(peft.get_base_model(), batch, share_head=True)
+            loss = torch.nn.functional.cross_entropy(logits.float(), labels)
+        loss.backward()
+        restore()
         assert lm.config._attn_implementation == own
         results.append((logits.detach().float(), [p.grad.clone() for p in params]))
     tol = 5e-2 if autocast else 1e-4  # bf16 matrix products: each way rounds its own
@@ -275,11 +277,10 @@ def test_training_attention_is_fp32_sdpa_on_a_cpu_and_planning_keeps_the_models_
 
 
 def test_an_attention_the_model_cannot_run_is_a_clear_error(tiny):
-    from skillbank.train.loop import attention_implementation
+    from skillbank.train.loop import set_attention
 
     with pytest.raises(ModelError, match="TrainConfig.attention 'flash_attention_2'"):
-        with attention_implementation(tiny.model, "flash_attention_2"):
-            pass
+        set_attention(tiny.model, "flash_attention_2")
     assert tiny.model.config._attn_implementation == "sdpa"
 
 

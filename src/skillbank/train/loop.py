@@ -37,7 +37,7 @@ from skillbank.model.prompts import IGNORE_INDEX, Example
 from skillbank.train.checkpoint import FitCheckpoint, fit_fingerprint, python_rng_state, set_python_rng_state
 
 __all__ = ["LossTerm", "StepContext", "FitResult", "fit", "target_logits", "target_loss", "shared_head_length",
-           "collate", "length_grouped_batches", "resolve_precision", "resolve_attention", "attention_implementation",
+           "collate", "length_grouped_batches", "resolve_precision", "resolve_attention", "set_attention",
            "adapter_parameters", "swapped_adapters"]
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -59,8 +59,8 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return "bf16" if bf16_is_fast(device) else "fp32"
 
 
-def resolve_attention(attention: str, device: torch.device) -> str | None:
-    """"auto" -> "sdpa-fp32" on a CPU, else None (the model's own, sdpa where transformers has it).
+def resolve_attention(attention: str, device: torch.device, has_sdpa: bool = True) -> str | None:
+    """"auto" -> "sdpa-fp32" on a CPU for an architecture with sdpa, else None (the model's own).
 
     On a CPU, torch's fused attention kernel is slow in bfloat16 (as autocast gives it) and fast in float32. Run in
     float32 inside the bfloat16 step it trains the demo in 756 s instead of 978 (eager attention: 730 s) at the
@@ -68,7 +68,7 @@ def resolve_attention(attention: str, device: torch.device) -> str | None:
     three (bench/train_attention.py, docs/lab-notebook.md). On a GPU the bfloat16 kernels are the fast ones."""
     if attention != "auto":
         return attention
-    return "sdpa-fp32" if device.type == "cpu" else None
+    return "sdpa-fp32" if device.type == "cpu" and has_sdpa else None
 
 
 # transformers' name for :func:`_sdpa_fp32` (its registries are process-wide)
@@ -100,22 +100,17 @@ def _registered(implementation: str) -> str:
     return _SDPA_FP32
 
 
-@contextmanager
-def attention_implementation(model, implementation: str | None) -> Iterator[None]:
-    """Run the body with ``model``'s attention set to ``implementation`` (None: leave it), then restore it, so that
-    what plans with the same loaded model afterwards computes exactly as before."""
+def set_attention(model, implementation: str | None) -> Callable[[], None]:
+    """Set ``model``'s attention to ``implementation`` (None: leave it); return what puts the model's own back, so
+    that what plans with the same loaded model afterwards computes exactly as before."""
     before = getattr(getattr(model, "config", None), "_attn_implementation", None)
     if implementation is None or before is None or implementation == before:
-        yield
-        return
+        return lambda: None
     try:
         model.set_attn_implementation(_registered(implementation))
     except (ValueError, ImportError) as exc:  # a model transformers cannot run that way
         raise ModelError(f"TrainConfig.attention {implementation!r} does not work with this model: {exc}") from exc
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(before)
+    return lambda: model.set_attn_implementation(before)
 
 
 def length_grouped_batches(lengths: Sequence[int], batch_size: int, generator: random.Random,
@@ -347,9 +342,8 @@ def fit(base: LoadedBase, examples: Sequence[Example], cfg, *, adapter: str, act
     peft_model = base.activate(active)
     device = next(peft_model.parameters()).device  # where the base was loaded (BaseModelConfig.device)
     precision = resolve_precision(cfg.precision, device)
-    attention = resolve_attention(cfg.attention, device)
-    if cfg.attention == "auto" and not getattr(peft_model.get_base_model(), "_supports_sdpa", False):
-        attention = None  # "auto" asks for the fast kernel where the architecture has one, else its own
+    attention = resolve_attention(cfg.attention, device,
+                                  has_sdpa=getattr(peft_model.get_base_model(), "_supports_sdpa", False))
     named = adapter_parameters(peft_model, adapter)
     if not named:
         raise ModelError(f"adapter {adapter!r} has no parameters; check TrainConfig.target_modules")
@@ -406,6 +400,7 @@ def fit(base: LoadedBase, examples: Sequence[Example], cfg, *, adapter: str, act
                 "curve": curve, "term_sums": term_sums, "tokens": tokens, "target_tokens": target_tokens,
                 "padded": padded, "seconds": time.perf_counter() - t0}
 
+    restore_attention = set_attention(lm, attention)  # undone in the finally below
     bar = None
     if progress and accelerator.is_main_process:
         from tqdm.auto import tqdm
@@ -413,69 +408,69 @@ def fit(base: LoadedBase, examples: Sequence[Example], cfg, *, adapter: str, act
                    dynamic_ncols=True, leave=True)
     t0 = time.perf_counter() - done_seconds
     peft_model.train()
-    with attention_implementation(lm, attention):
-        try:
-            for epoch in range(cfg.epochs):
-                if epoch < start_epoch:  # finished before the checkpoint (whose generator state is that of its epoch)
-                    continue
-                if epoch == start_epoch and resume_rng is not None:
-                    set_python_rng_state(rng, resume_rng)
-                epoch_rng = python_rng_state(rng)
-                batches = length_grouped_batches(lengths, cfg.batch_size, rng)
-                first = start_batch if epoch == start_epoch else 0
-                for k in range(first, len(batches), group_size):
-                    group = batches[k:k + group_size]
-                    mine = group[rank::world]
-                    step_loss = 0.0
-                    for idx in mine:
-                        batch = {n: t.to(device) for n, t in collate([examples[i] for i in idx], pad_id).items()}
-                        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-                            logits, labels = target_logits(lm, batch, share_head=SHARE_PROMPT_HEAD and cfg.dropout == 0)
-                            loss = torch.nn.functional.cross_entropy(logits.float(), labels)
-                            step_loss += float(loss.detach()) / len(mine)
-                            if terms:
-                                ctx = StepContext(lm, base, batch, logits, labels, step, named)
-                                for term in terms:
-                                    value = term(ctx)
-                                    term_sums[term.name] += float(value.detach()) / len(mine)
-                                    loss = loss + value
-                        accelerator.backward(loss / len(group))
-                        tokens += int(batch["attention_mask"].sum())
-                        target_tokens += int((batch["labels"] != IGNORE_INDEX).sum())
-                        padded += batch["input_ids"].numel()
-                    if world > 1:  # every process must apply the same update
-                        for p in params:
-                            if p.grad is None:
-                                p.grad = torch.zeros_like(p)
-                            p.grad = accelerator.reduce(p.grad, reduction="sum")
-                    if cfg.max_grad_norm is not None:
-                        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-                    optimizer.step()
-                    scheduler.step()
-                    optimizer.zero_grad(set_to_none=True)
-                    step += 1
-                    curve.append(step_loss)
-                    if bar is not None:
-                        rate = tokens * world / max(time.perf_counter() - t0, 1e-9)
-                        bar.set_postfix(epoch=f"{epoch + 1}/{cfg.epochs}", loss=f"{step_loss:.4f}", tok_s=f"{rate:.0f}")
-                        bar.update(1)
-                    if checkpoint is not None and step < total_steps and checkpoint.due() and accelerator.is_main_process:
-                        checkpoint.save(snapshot(epoch, k + group_size, epoch_rng))
-                    if on_step is not None:
-                        on_step(step)
-                        peft_model.train()
-                        for p in params:
-                            p.requires_grad_(True)
-            if checkpoint is not None and accelerator.is_main_process:
-                if checkpoint.keep_final:  # past the last epoch: a rerun loads these weights and trains no step
-                    checkpoint.save({**snapshot(cfg.epochs, 0, python_rng_state(rng)), "finished": True})
-                else:
-                    checkpoint.remove()
-        finally:
-            if bar is not None:
-                bar.close()
-            optimizer.zero_grad(set_to_none=True)
-            base.activate(active)  # eval mode, everything frozen
+    try:
+        for epoch in range(cfg.epochs):
+            if epoch < start_epoch:  # finished before the checkpoint (whose generator state is that of its epoch)
+                continue
+            if epoch == start_epoch and resume_rng is not None:
+                set_python_rng_state(rng, resume_rng)
+            epoch_rng = python_rng_state(rng)
+            batches = length_grouped_batches(lengths, cfg.batch_size, rng)
+            first = start_batch if epoch == start_epoch else 0
+            for k in range(first, len(batches), group_size):
+                group = batches[k:k + group_size]
+                mine = group[rank::world]
+                step_loss = 0.0
+                for idx in mine:
+                    batch = {n: t.to(device) for n, t in collate([examples[i] for i in idx], pad_id).items()}
+                    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+                        logits, labels = target_logits(lm, batch, share_head=SHARE_PROMPT_HEAD and cfg.dropout == 0)
+                        loss = torch.nn.functional.cross_entropy(logits.float(), labels)
+                        step_loss += float(loss.detach()) / len(mine)
+                        if terms:
+                            ctx = StepContext(lm, base, batch, logits, labels, step, named)
+                            for term in terms:
+                                value = term(ctx)
+                                term_sums[term.name] += float(value.detach()) / len(mine)
+                                loss = loss + value
+                    accelerator.backward(loss / len(group))
+                    tokens += int(batch["attention_mask"].sum())
+                    target_tokens += int((batch["labels"] != IGNORE_INDEX).sum())
+                    padded += batch["input_ids"].numel()
+                if world > 1:  # every process must apply the same update
+                    for p in params:
+                        if p.grad is None:
+                            p.grad = torch.zeros_like(p)
+                        p.grad = accelerator.reduce(p.grad, reduction="sum")
+                if cfg.max_grad_norm is not None:
+                    torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                curve.append(step_loss)
+                if bar is not None:
+                    rate = tokens * world / max(time.perf_counter() - t0, 1e-9)
+                    bar.set_postfix(epoch=f"{epoch + 1}/{cfg.epochs}", loss=f"{step_loss:.4f}", tok_s=f"{rate:.0f}")
+                    bar.update(1)
+                if checkpoint is not None and step < total_steps and checkpoint.due() and accelerator.is_main_process:
+                    checkpoint.save(snapshot(epoch, k + group_size, epoch_rng))
+                if on_step is not None:
+                    on_step(step)
+                    peft_model.train()
+                    for p in params:
+                        p.requires_grad_(True)
+        if checkpoint is not None and accelerator.is_main_process:
+            if checkpoint.keep_final:  # past the last epoch: a rerun loads these weights and trains no step
+                checkpoint.save({**snapshot(cfg.epochs, 0, python_rng_state(rng)), "finished": True})
+            else:
+                checkpoint.remove()
+    finally:
+        restore_attention()
+        if bar is not None:
+            bar.close()
+        optimizer.zero_grad(set_to_none=True)
+        base.activate(active)  # eval mode, everything frozen
     wall = time.perf_counter() - t0
     last = curve[-steps_per_epoch:]
     return FitResult(steps=len(curve), total_tokens=tokens * world, target_tokens=target_tokens * world,
