@@ -9,6 +9,8 @@ adds it) and prints route accuracy on the held-out template requests, the hand-w
 with ``--taskbench``, the held-out requests of a TaskBench stream (real catalogs and requests, 20 training
 requests a family). Variants:
 
+- ``whole``: every sentence read, the scene-setting ones too (banks made before 2026-12-05; the default drops
+  them when a request has a sentence that asks for something: ``skillbank.memory.context``);
 - ``catalog-0`` / ``catalog-3`` / ``catalog-10``: the catalog text counted 0 (banks made before 2026-12-05),
   3 or 10 times instead of once;
 - ``alpha-0.1`` / ``alpha-0.3``: more Naive Bayes smoothing (0.01 by default);
@@ -36,7 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from scope import DEV_IN, TEST_IN, family_of, rows  # noqa: E402  (the hand-written sets, as bench/scope.py reads them)
 
-VARIANTS = ["default", "catalog-0", "catalog-3", "catalog-10", "alpha-0.1", "alpha-0.3", "unigrams", "char-0.1",
+VARIANTS = ["default", "whole", "catalog-0", "catalog-3", "catalog-10", "alpha-0.1", "alpha-0.3", "unigrams", "char-0.1",
             "style-1"]
 
 
@@ -61,7 +63,9 @@ def make_router(variant: str):
 
     kind, params = default_address()
     nb = dict(params.get("nb_params") or {})
-    if variant.startswith("catalog-"):
+    if variant == "whole":
+        params = {**params, "drop_context": False}
+    elif variant.startswith("catalog-"):
         params = {**params, "catalog_weight": int(variant.split("-")[1])}
     elif variant.startswith("alpha-"):
         params = {**params, "nb_params": {**nb, "alpha": float(variant.split("-")[1])}}

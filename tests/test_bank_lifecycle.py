@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from skillbank.errors import BankError
-from skillbank.memory.bank import DEFAULT_ENCODER, SkillBank, bank_info
+from skillbank.memory.bank import DEFAULT_ENCODER, SkillBank, bank_info, default_address
+from skillbank.memory.context import directive
 from skillbank.memory.scope import family_catalog_text
 from skillbank.model.base import BaseModelConfig, load_base
 from skillbank.train.executor import TrainConfig
@@ -186,6 +187,12 @@ def test_plan_refuses_what_no_family_covers(tmp_path, base, small_stream):
     assert e["scope_margin"] == first.confidence["scope_margin"] and e["top_families"][0]["family"] == first.shard
     assert e["counted_words"] and all({"word", "score"} <= set(w) for w in e["counted_words"])
     assert plans[0].to_dict()["explain"] is None  # asked for, or null
+    # ... and the sentences that only set the scene, which a new bank's router leaves out
+    assert bank.address.drop_context
+    asked = directive(inside[0])
+    scene = bank.plan([f"My phone is almost out of battery. {asked}"], max_new_tokens=MAX_NEW, explain=True)[0]
+    assert scene.to_dict()["explain"]["context"] == ["My phone is almost out of battery."]
+    assert bank.plan([asked], max_new_tokens=MAX_NEW, explain=True)[0].to_dict()["explain"]["context"] == []
     # a request that is all payload, another script, or very long: a verdict with a reason, never an exception
     odd = ["\"only a quoted passage here\"", "https://example.com/only/a/link", "今日の東京の天気を教えて",
            " ".join(["lorem"] * 10_000)]
@@ -364,7 +371,7 @@ def test_a_bank_routed_by_the_embedding_router(tmp_path, base, small_stream, tin
     assert r.exit_code == 0, r.output
     manifest = json.loads((tmp_path / "bank" / "bank.json").read_text())
     assert manifest["address_kind"] == "embed-lda-nb" and manifest["address_params"]["payload_min_words"] == 6
-    assert manifest["address_params"]["catalog_weight"] == 1
+    assert manifest["address_params"]["catalog_weight"] == 1 and manifest["address_params"]["drop_context"] is True
     r = invoke("create", tmp_path / "lexical", "--base", tiny_model_dir, "--scope-encoder", "none")
     assert r.exit_code == 0 and json.loads((tmp_path / "lexical" / "bank.json").read_text())["address_kind"] == "hashing-nb"
     # a kind named without parameters gets that kind's defaults, in Python as on the command line
@@ -379,7 +386,8 @@ def test_a_bank_routed_by_the_embedding_router(tmp_path, base, small_stream, tin
         learn(bank, small_stream, k)
     # routes exactly as the router fitted on the same requests and catalog text, stage by stage
     def fitted(keys):
-        router = make_selector("embed-lda-nb", encoder=DEFAULT_ENCODER, payload_min_words=6, catalog_weight=1)
+        kind, params = default_address()
+        router = make_selector(kind, **params)
         for k in keys:
             router.partial_fit([r.request for r in small_stream.train[k]], k)
             router.partial_fit_catalog(family_catalog_text(small_stream.catalog, k), k)
@@ -411,7 +419,7 @@ def test_a_bank_routed_by_the_embedding_router(tmp_path, base, small_stream, tin
     # a family exported before routers counted the catalog comes in with its catalog text added: as learned here
     old = tmp_path / "k2-old.family"
     shutil.copytree(tmp_path / "k2.family", old)
-    before = make_selector("embed-lda-nb", encoder=DEFAULT_ENCODER, payload_min_words=6)
+    before = make_selector("embed-lda-nb", encoder=DEFAULT_ENCODER, payload_min_words=6, drop_context=True)
     before.partial_fit([r.request for r in small_stream.train[k2]], k2)
     before.save(old / "address")
     meta = json.loads((old / "family.json").read_text())

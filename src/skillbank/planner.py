@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence
 import numpy as np
 
 from skillbank.errors import BankError, RecordError
+from skillbank.memory.context import sentences, split_context
 
 if TYPE_CHECKING:
     from skillbank.memory.scope import ScopeVerdict
@@ -228,10 +229,13 @@ class Planner:
     def explain(self, decision: Decision) -> dict:
         """Why a request got its verdict: the scope margin, the top three families by the router's
         probability, the words that counted for the family the scope statistics chose (with what each adds
-        to its score) and the spans read as argument values (no evidence either way)."""
+        to its score), the spans read as argument values (no evidence either way) and the sentences the router
+        left out as scene-setting (``context``; routers that read the whole request leave nothing out)."""
         bank, v = self.bank, decision.verdict
         out = {"scope_margin": decision.scope_margin, "scope_family": v.family if v is not None else None, "top_families": [], "counted_words": [],
-               "values": []}
+               "values": [], "context": []}
+        if getattr(bank.address, "drop_context", False):
+            out["context"] = sentences(split_context(decision.request)[1])
         if decision.proba is not None:
             order = np.argsort(-decision.proba)[:3]
             out["top_families"] = [{"family": bank.address.classes_[j], "p": round(float(decision.proba[j]), 4)}

@@ -126,7 +126,8 @@ def plan(
     scope: bool = typer.Option(True, "--scope/--no-scope",
                                help="A request no learned family covers gets no plan (out_of_scope, reason)."),
     explain: bool = typer.Option(False, "--explain", help="Add \"explain\": the scope margin, the top families "
-                                 "with their probabilities, the words that counted and the spans read as values."),
+                                 "with their probabilities, the words that counted, the spans read as values and the "
+                                 "sentences routing left out as scene-setting."),
     server: Optional[str] = typer.Option(None, "--server", help="Plan through this running `skillbank serve` (URL) "
                                          "of the same bank. Default: the service `skillbank serve` recorded for "
                                          "this bank, if one is running; else in this process."),

@@ -839,6 +839,12 @@ PAYLOAD_MIN_WORDS = 6
 # gain one or two development requests more at K = 5 only, and 10 loses TaskBench requests (scripts/route_variants.py;
 # docs/routing.md).
 CATALOG_WEIGHT = 1
+# Whether a new bank's router reads only the sentences that ask for something when a request also sets the scene
+# ("I'm editing some footage for my channel. Print contract_8.docx."). Routing at learning and plan time alike:
+# template held-out 98.0 -> 99.2 / 98.4 -> 99.7 / 99.0 -> 100.0% at K = 5 / 20 / 50 and the hand-written development
+# requests 92.2 -> 94.8 / 94.0 -> 94.0 / 83.6 -> 83.6% (scripts/route_context.py; docs/routing.md). The lexical
+# Address Memory alone loses development requests at K = 20 with it, so it stays the router's option.
+DROP_CONTEXT = True
 # The sentence encoder of a new bank's scope gate and router: all-MiniLM-L6-v2 with int8 matrix weights. Scope
 # plus routing reads two texts per request (the gate the request with its values masked, the router with its
 # long payloads masked), and on two CPU cores the int8 form makes that 6-10 ms instead of 10-14 ms, with the same
@@ -855,7 +861,7 @@ def default_address(scope_encoder: str | None = DEFAULT_ENCODER, kind: str | Non
     kind = kind or ("embed-lda-nb" if scope_encoder is not None else HashingNBAddress.kind)
     if kind == "embed-lda-nb":
         return kind, {"encoder": scope_encoder or DEFAULT_ENCODER, "payload_min_words": PAYLOAD_MIN_WORDS,
-                      "catalog_weight": CATALOG_WEIGHT}
+                      "catalog_weight": CATALOG_WEIGHT, "drop_context": DROP_CONTEXT}
     return kind, {}
 
 

@@ -118,7 +118,8 @@ class PlanResult(BaseModel):
     explain: Optional[dict[str, Any]] = Field(None, description="present when the call asked `explain: true`: "
                                                                 "scope_margin, scope_family, top_families [{family, "
                                                                 "p}], counted_words [{word, score}], values "
-                                                                "[{kind, text}] (spans read as argument values)")
+                                                                "[{kind, text}] (spans read as argument values), context "
+                                                                "[sentence] (left out of routing as scene-setting)")
 
 
 class PlanResponse(BaseModel):

@@ -39,6 +39,7 @@ import numpy as np
 from skillbank.errors import SelectorError
 from skillbank.memory.address import HashingNBAddress
 from skillbank.memory.selector import Selector, check_requests
+from skillbank.memory.context import directive
 from skillbank.memory.selectors.gaussian import GaussianClassStats
 from skillbank.memory.values import mask_payloads
 
@@ -209,6 +210,8 @@ class EmbeddingLDANBAddress(Selector):
         lexical statistics, like a request of its family (0: not at all, as states saved before this option).
         It gives the words a family's tools are described with ("identify the song playing in a recording")
         to a router that has seen few requests phrased that way; the embedding statistics stay requests only.
+    drop_context : read only a request's sentences that ask for something, leaving out those that only set the
+        scene, when it has both (False: the whole request, as states saved before this option did).
     """
 
     kind = "embed-lda-nb"
@@ -216,7 +219,8 @@ class EmbeddingLDANBAddress(Selector):
     can_forget = True
 
     def __init__(self, encoder: str = MINILM, prior_strength: float = 3000.0, lexical_weight: float = 1.0,
-                 nb_params: dict | None = None, payload_min_words: int = 0, catalog_weight: int = 0):
+                 nb_params: dict | None = None, payload_min_words: int = 0, catalog_weight: int = 0,
+                 drop_context: bool = False):
         if not isinstance(encoder, str) or not encoder:
             raise SelectorError(f"encoder must be 'minilm' or a model directory / id, got {encoder!r}")
         if not lexical_weight >= 0:
@@ -234,6 +238,9 @@ class EmbeddingLDANBAddress(Selector):
             raise SelectorError("catalog_weight counts catalog text in the lexical statistics: it needs "
                                 "lexical_weight > 0")
         self.catalog_weight = catalog_weight
+        if not isinstance(drop_context, bool):
+            raise SelectorError(f"drop_context must be true or false, got {drop_context!r}")
+        self.drop_context = drop_context
         # per-family scatter matrices: exact forget / export (states saved before them load pooled)
         self.stats_ = GaussianClassStats(self.prior_strength, per_class=True)  # validates prior_strength
         self.nb_ = HashingNBAddress(**self.nb_params) if self.lexical_weight > 0 else None
@@ -252,13 +259,19 @@ class EmbeddingLDANBAddress(Selector):
                   "payload_min_words": self.payload_min_words}
         if self.catalog_weight:  # absent at 0: the parameters of a state saved before the option stay as saved
             params["catalog_weight"] = self.catalog_weight
+        if self.drop_context:  # likewise
+            params["drop_context"] = True
         return params
 
     def read(self, requests: Sequence[str]) -> list[str]:
-        """The requests as both experts read them (long payloads replaced when ``payload_min_words``)."""
+        """The requests as both experts read them: the sentences asking for something when ``drop_context``, then
+        long payloads replaced when ``payload_min_words``."""
+        return self._mask_payloads([directive(r) for r in requests] if self.drop_context else list(requests))
+
+    def _mask_payloads(self, texts: list[str]) -> list[str]:
         if not self.payload_min_words:
-            return list(requests)
-        return [mask_payloads(r, self.payload_min_words) for r in requests]
+            return texts
+        return [mask_payloads(t, self.payload_min_words) for t in texts]
 
     @property
     def forgettable(self) -> bool:
@@ -301,7 +314,8 @@ class EmbeddingLDANBAddress(Selector):
         self._check_class(label)
         docs = check_requests(docs, "catalog docs")
         if self.catalog_weight and docs:
-            self.nb_.partial_fit(self.read(docs) * self.catalog_weight, label)
+            # descriptions, not requests: every sentence of one counts (none "asks for" anything)
+            self.nb_.partial_fit(self._mask_payloads(list(docs)) * self.catalog_weight, label)
         return self
 
     def _check_apart(self, label: str, action: str) -> None:
