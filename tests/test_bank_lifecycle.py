@@ -431,8 +431,21 @@ def test_a_bank_routed_by_the_embedding_router(tmp_path, base, small_stream, tin
     # the other way (its router counts the catalog, this bank's does not) it is refused, saying why
     older = SkillBank.create(tmp_path / "older", base=base, address_kind="embed-lda-nb",
                              address_params={"encoder": DEFAULT_ENCODER, "payload_min_words": 6})
-    with pytest.raises(BankError, match="differs from this bank's"):
+    with pytest.raises(BankError, match="differs from this bank's") as refused:
         older.import_family(tmp_path / "k2.family")
+    assert "address_params={'encoder'" in str(refused.value) and "drop_context': True" in str(refused.value)
+    # ... as is one whose router read whole requests (before scene-setting sentences were left out): its
+    # statistics cannot be read again without the requests; the message names the router that would take it
+    whole = tmp_path / "k2-whole.family"
+    shutil.copytree(tmp_path / "k2.family", whole)
+    meta = json.loads((whole / "family.json").read_text())
+    del meta["address_params"]["drop_context"]
+    (whole / "family.json").write_text(json.dumps(meta))
+    bank.forget(k2)
+    with pytest.raises(BankError, match="skillbank learn") as refused:
+        bank.import_family(whole)
+    assert "drop_context" not in str(refused.value).split("made with its router")[1]
+    bank.import_family(tmp_path / "k2.family")
 
     # a state saved before each family's scatter was kept apart (one pooled matrix) cannot forget exactly:
     # refused before anything is trained or written

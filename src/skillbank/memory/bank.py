@@ -739,7 +739,9 @@ class SkillBank:
                                         or meta["address_params"] != self.manifest.address_params):
             raise BankError(f"{path}: its Address Memory ({meta['address_kind']} {meta['address_params']}) differs "
                             f"from this bank's ({self.manifest.address_kind} {self.manifest.address_params}); "
-                            "the statistics cannot be merged")
+                            "the statistics cannot be merged. Learn the family again here from its records "
+                            "(`skillbank learn`), or import it into a bank made with its router: SkillBank.create("
+                            f"PATH, address_kind={meta['address_kind']!r}, address_params={meta['address_params']!r})")
         entry = ShardEntry(**meta["entry"])
         family = check_family_name(name or entry.name)
         if family in self.shard_names:
@@ -840,10 +842,11 @@ PAYLOAD_MIN_WORDS = 6
 # docs/routing.md).
 CATALOG_WEIGHT = 1
 # Whether a new bank's router reads only the sentences that ask for something when a request also sets the scene
-# ("I'm editing some footage for my channel. Print contract_8.docx."). Routing at learning and plan time alike:
-# template held-out 98.0 -> 99.2 / 98.4 -> 99.7 / 99.0 -> 100.0% at K = 5 / 20 / 50 and the hand-written development
-# requests 92.2 -> 94.8 / 94.0 -> 94.0 / 83.6 -> 83.6% (scripts/route_context.py; docs/routing.md). The lexical
-# Address Memory alone loses development requests at K = 20 with it, so it stays the router's option.
+# ("I'm editing some footage for my channel. Print contract_8.docx."), at learning and plan time alike. Chosen on
+# the development requests (+1 at K = 5, equal at 20 and 50); the template held-out requests gain 1.0-1.3 points
+# (98.0 -> 99.2, 98.4 -> 99.7, 99.0 -> 100.0% at K = 5 / 20 / 50), the frozen test requests, not chosen on, +1 / -2 / 0
+# requests (scripts/route_variants.py --variants default,whole; docs/routing.md). The lexical Address Memory alone
+# loses development requests at K = 20 with it, so it stays this router's option.
 DROP_CONTEXT = True
 # The sentence encoder of a new bank's scope gate and router: all-MiniLM-L6-v2 with int8 matrix weights. Scope
 # plus routing reads two texts per request (the gate the request with its values masked, the router with its
