@@ -21,6 +21,8 @@ requests a family). Variants:
   case, punctuation, politeness, shorthand, typos; values kept).
 
     .venv/bin/python scripts/route_variants.py --taskbench PATH/TO/taskbench --json results/route-variants/variants.json
+    .venv/bin/python scripts/route_variants.py --flips whole --families 5,20   # the hand-written requests that
+                                                             # the default and a variant route differently
     .venv/bin/python scripts/route_variants.py --misroutes [--bank BANK]   # the lexical router's template misroutes explained,
                                                              # and each router routing by its surest sentence
 """
@@ -204,6 +206,30 @@ def surest_sentence_table(families: list[int]) -> None:
             print(f"- K = {k}, {name}: " + "  |  ".join(" / ".join(f"{a:.1%}" for a in r) for r in rows_), flush=True)
 
 
+def print_flips(variant: str, families: list[int]) -> None:
+    """Each hand-written request that the default router and ``variant`` route differently: which one is right,
+    and the sentences the default leaves out as scene-setting (most flips have none: they come from statistics
+    learned another way, not from reading the request another way)."""
+    from skillbank.data.builtin import build_builtin_stream
+    from skillbank.memory.context import scene_sentences
+
+    for k in families:
+        stream = build_builtin_stream(seed=0, train_per_family=200, test_per_family=50, families=k)
+        sets = builtin_sets(stream)
+        default, other = fit(make_router("default"), stream, "default"), fit(make_router(variant), stream, variant)
+        tally = {"default": 0, variant: 0}
+        print(f"\n## K = {k}: hand-written requests routed differently by the default and {variant!r}")
+        for part in ("dev", "test"):
+            requests = [q for q, _ in sets[part]]
+            for (q, gold), a, b in zip(sets[part], default.predict(requests), other.predict(requests)):
+                if (a == gold) != (b == gold):
+                    right = "default" if a == gold else variant
+                    tally[right] += 1
+                    print(f"- {part}, {right} right ({gold}; default {a}, {variant} {b}); scene left out: "
+                          f"{scene_sentences(q)}; {q[:100]!r}")
+        print(f"right only with the default: {tally['default']}, only with {variant}: {tally[variant]}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--families", default="5,20,50", help="comma list of built-in splits")
@@ -214,7 +240,12 @@ def main() -> None:
                     "explained, and each router routing by the sentence it is surest of")
     ap.add_argument("--bank", type=Path, help="with --misroutes: a bank of the five built-in families (the demo's "
                     "recipe) that plans each misroute with its own shard and with the routed one")
+    ap.add_argument("--flips", metavar="VARIANT", help="instead: the hand-written requests the default and VARIANT "
+                    "route differently")
     args = ap.parse_args()
+    if args.flips:
+        print_flips(args.flips, [int(x) for x in args.families.split(",")])
+        return
     if args.misroutes:
         explain_misroutes(bank_dir=args.bank)
         surest_sentence_table([int(x) for x in args.families.split(",")])

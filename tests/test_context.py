@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from skillbank.errors import SelectorError
-from skillbank.memory.context import directive, sentences, split_context
+from skillbank.memory.context import directive, scene_sentences, sentences, split_context
 from skillbank.memory.selector import load_selector, make_selector
 
 
@@ -24,6 +24,7 @@ def test_sentences_keep_quotes_abbreviations_and_lines():
 ])
 def test_scene_is_split_from_the_request(request_, ask, scene):
     assert split_context(request_) == (ask, scene)
+    assert scene_sentences(request_) == [scene]
     assert directive(ask) == ask  # idempotent: what asks is read whole
 
 
@@ -34,7 +35,7 @@ def test_scene_is_split_from_the_request(request_, ask, scene):
     'Post this: "I think we did it. We really did."',               # "I", "we" only inside the quote
 ])
 def test_requests_read_whole_when_nothing_or_everything_asks(request_):
-    assert split_context(request_) == (request_, "")
+    assert split_context(request_) == (request_, "") and scene_sentences(request_) == []
 
 
 def test_router_reads_what_is_asked(small_stream):

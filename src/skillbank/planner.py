@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence
 import numpy as np
 
 from skillbank.errors import BankError, RecordError
-from skillbank.memory.context import sentences, split_context
+from skillbank.memory.context import scene_sentences
 
 if TYPE_CHECKING:
     from skillbank.memory.scope import ScopeVerdict
@@ -235,7 +235,7 @@ class Planner:
         out = {"scope_margin": decision.scope_margin, "scope_family": v.family if v is not None else None, "top_families": [], "counted_words": [],
                "values": [], "context": []}
         if getattr(bank.address, "drop_context", False):
-            out["context"] = sentences(split_context(decision.request)[1])
+            out["context"] = scene_sentences(decision.request)
         if decision.proba is not None:
             order = np.argsort(-decision.proba)[:3]
             out["top_families"] = [{"family": bank.address.classes_[j], "p": round(float(decision.proba[j]), 4)}

@@ -66,14 +66,27 @@ def _asks(sentence: str) -> bool:
     return bool(words) and words[0] not in _SUBJECTS
 
 
-def split_context(request: str) -> tuple[str, str]:
-    """``(directive, context)``: the sentences that ask for something and those that only set the scene, each
-    joined by spaces. ``(request, "")`` when every sentence asks for something or none does."""
+def _read(request: str) -> list[tuple[str, bool]]:
+    """Each sentence of ``request`` and whether the router reads it (all of them when nothing or everything asks)."""
     parts = sentences(request)
     asks = [_asks(s) for s in parts]
     if all(asks) or not any(asks):
+        return [(s, True) for s in parts]
+    return list(zip(parts, asks))
+
+
+def scene_sentences(request: str) -> list[str]:
+    """The sentences of ``request`` that only set the scene and are left out (none when it is read whole)."""
+    return [s for s, read in _read(request) if not read]
+
+
+def split_context(request: str) -> tuple[str, str]:
+    """``(directive, context)``: the sentences that ask for something and those that only set the scene, each
+    joined by spaces. ``(request, "")`` when every sentence asks for something or none does."""
+    read = _read(request)
+    if all(r for _, r in read):
         return request, ""
-    return (" ".join(s for s, a in zip(parts, asks) if a), " ".join(s for s, a in zip(parts, asks) if not a))
+    return " ".join(s for s, r in read if r), " ".join(s for s, r in read if not r)
 
 
 def directive(request: str) -> str:

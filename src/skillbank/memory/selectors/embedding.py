@@ -38,8 +38,8 @@ import numpy as np
 
 from skillbank.errors import SelectorError
 from skillbank.memory.address import HashingNBAddress
-from skillbank.memory.selector import Selector, check_requests
 from skillbank.memory.context import directive
+from skillbank.memory.selector import Selector, check_requests
 from skillbank.memory.selectors.gaussian import GaussianClassStats
 from skillbank.memory.values import mask_payloads
 
