@@ -11,6 +11,8 @@ requests a family). Variants:
 
 - ``whole``: every sentence read, the scene-setting ones too (banks made before 2026-12-05; the default drops
   them when a request has a sentence that asks for something: ``skillbank.memory.context``);
+- ``lexical`` / ``lexical-asking``: FSM's Address Memory (hashing Naive Bayes, the paper's), reading whole requests
+  or only their asking sentences (why ``drop_context`` is an option of the embedding router alone);
 - ``catalog-0`` / ``catalog-3`` / ``catalog-10``: the catalog text counted 0 (banks made before 2026-12-05),
   3 or 10 times instead of once;
 - ``alpha-0.1`` / ``alpha-0.3``: more Naive Bayes smoothing (0.01 by default);
@@ -40,7 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from scope import DEV_IN, TEST_IN, family_of, rows  # noqa: E402  (the hand-written sets, as bench/scope.py reads them)
 
-VARIANTS = ["default", "whole", "catalog-0", "catalog-3", "catalog-10", "alpha-0.1", "alpha-0.3", "unigrams", "char-0.1",
+VARIANTS = ["default", "whole", "lexical", "lexical-asking", "catalog-0", "catalog-3", "catalog-10", "alpha-0.1", "alpha-0.3", "unigrams", "char-0.1",
             "style-1"]
 
 
@@ -58,10 +60,30 @@ class CharAndWords:
         return sp.hstack([self.words.transform(texts), self.chars.transform(texts) * self.weight]).tocsr()
 
 
+class AskingSentences:
+    """A router's hasher reading only the sentences of a request that ask for something."""
+
+    def __init__(self, words):
+        self.words = words
+
+    def __getattr__(self, name):
+        return getattr(self.words, name)
+
+    def transform(self, texts):
+        from skillbank.memory.context import directive
+        return self.words.transform([directive(t) for t in texts])
+
+
 def make_router(variant: str):
     from skillbank.memory.address import HashingNBAddress, make_selector
     from skillbank.memory.bank import default_address
     from skillbank.memory.hashing import WordHasher
+
+    if variant.startswith("lexical"):
+        router = HashingNBAddress()
+        if variant == "lexical-asking":
+            router._vectorizer = AskingSentences(router._vectorizer)
+        return router
 
     kind, params = default_address()
     nb = dict(params.get("nb_params") or {})
