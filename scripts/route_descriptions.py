@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from scope import rows, DEV_IN, TEST_IN, family_of
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from route_variants import builtin_sets  # noqa: E402  (bench/scope.py's sets, as the other router probes read them)
 from skillbank.data.builtin import build_builtin_stream
 from skillbank.experiments.routing import fit_stages
 from skillbank.memory.address import make_selector
@@ -27,10 +27,7 @@ enc = get_encoder("minilm-int8")
 for k in [int(x) for x in sys.argv[1].split(",")]:
     stream = build_builtin_stream(seed=0, train_per_family=200, test_per_family=50, families=k)
     keys = stream.family_keys
-    skill_family = {sid.split("::")[-1]: key for key in keys for sid in stream.catalog.family(key).skills}
-    held = [(r.request, key) for key in keys for r in stream.test[key]]
-    hw = lambda names: [(q, f) for q, f in ((r["request"], family_of(r, skill_family)) for n in names for r in rows(n)) if f]
-    sets = {"heldout": held, "dev": hw(DEV_IN), "test": hw(TEST_IN)}
+    sets = builtin_sets(stream)
     kind, params = default_address("minilm-int8")
     router = fit_stages(make_selector(kind, **params), stream, keys)
     docs, owner = [], []
@@ -58,4 +55,4 @@ for k in [int(x) for x in sys.argv[1].split(",")]:
             for part, (P, fam, y) in res.items():
                 L = np.log(np.clip(P, 1e-12, 1)) + w * (fam / tau - np.log(np.exp(fam / tau).sum(1, keepdims=True)))
                 acc[part] = np.mean(L.argmax(1) == y)
-            print(f"  tau {tau} w {w}: " + " / ".join(f"{acc[p]:.1%}" for p in ("heldout", "dev", "test")))
+            print(f"  tau {tau} w {w}: " + " / ".join(f"{acc[p]:.1%}" for p in ("templates", "dev", "test")))

@@ -262,18 +262,11 @@ def test_training_attention_is_fp32_sdpa_on_a_cpu_and_planning_keeps_the_models_
         for a, b in zip(results[0][1], grads):
             torch.testing.assert_close(b, a, rtol=tol, atol=tol * float(a.abs().max()) + 1e-8)
 
-    seen = []
-    fit(tiny, examples, TrainConfig(**{**FAST, "epochs": 1}), adapter="attn", progress=False,
-        on_step=lambda step: seen.append(lm.config._attn_implementation))
-    assert seen and set(seen) == {"skillbank_sdpa_fp32"} and lm.config._attn_implementation == own
-    seen.clear()
-    fit(tiny, examples, TrainConfig(**{**FAST, "epochs": 1, "attention": "sdpa"}), adapter="attn", progress=False,
-        on_step=lambda step: seen.append(lm.config._attn_implementation))
-    assert set(seen) == {"sdpa"}
-    seen.clear()
-    fit(tiny, examples, TrainConfig(**{**FAST, "epochs": 1, "attention": "eager"}), adapter="attn", progress=False,
-        on_step=lambda step: seen.append(lm.config._attn_implementation))
-    assert set(seen) == {"eager"} and lm.config._attn_implementation == own
+    for attention, used in (("auto", "skillbank_sdpa_fp32"), ("sdpa", "sdpa"), ("eager", "eager")):
+        seen = []
+        fit(tiny, examples, TrainConfig(**{**FAST, "epochs": 1, "attention": attention}), adapter="attn",
+            progress=False, on_step=lambda step: seen.append(lm.config._attn_implementation))
+        assert seen and set(seen) == {used} and lm.config._attn_implementation == own
 
 
 def test_an_attention_the_model_cannot_run_is_a_clear_error(tiny):

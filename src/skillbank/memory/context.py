@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import re
 
-_QUOTED = re.compile(r"\"[^\"\n]*\"|“[^”]*”|‘[^’]*’|(?<!\w)'[^'\n]{2,}?'(?!\w)")
+from skillbank.memory.values import QUOTED
+
+_QUOTED = re.compile(QUOTED, re.IGNORECASE | re.UNICODE)  # what the value reader takes for quoted text
 _BREAK = re.compile(r"(?<=[.!?])\s+(?=\S)|\n+")
 _ABBREVIATION = re.compile(r"\b(?:dr|mr|mrs|ms|st|prof|mt|vs|etc|e\.g|i\.e|no)\.$", re.I)
 _HOLE = re.compile("\x00(\\d+)\x00")

@@ -64,10 +64,12 @@ _WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday|mon|tue|tu
 _RELATIVE_DAYS = r"today|tonight|tomorrow|tmrw|tmr|yesterday|this (?:morning|afternoon|evening|weekend)"
 _ORDINAL = r"\d{1,2}(?:st|nd|rd|th)?"
 
+# Quoted text: straight and typographic quotes; a single quote only where it is no apostrophe (don't, Bob's).
+QUOTED = r"\"[^\"\n]+\"|“[^”\n]+”|„[^“”\n]+[“”]|«[^»\n]+»|‘[^’\n]+’|`[^`\n]+`|(?<![\w'])'[^'\n]+'(?![\w'])"
+
 # (kind, pattern), tried in this order; an earlier kind's span wins an overlap.
 _RULES: list[tuple[str, re.Pattern]] = [(k, re.compile(p, re.IGNORECASE | re.UNICODE)) for k, p in [
-    # straight and typographic quotes; a single quote only where it is no apostrophe (don't, Bob's)
-    ("text", r"\"[^\"\n]+\"|“[^”\n]+”|„[^“”\n]+[“”]|«[^»\n]+»|‘[^’\n]+’|`[^`\n]+`|(?<![\w'])'[^'\n]+'(?![\w'])"),
+    ("text", QUOTED),
     ("email", r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b"),
     ("url", r"\b(?:https?://|www\.)[^\s<>\"']+[^\s<>\"'.,;:!?)\]]|"
             r"\b[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:com|org|net|io|dev|ai|edu|gov|co|uk|de|fr|es|it|app|me|info)"

@@ -400,7 +400,6 @@ def fit(base: LoadedBase, examples: Sequence[Example], cfg, *, adapter: str, act
                 "curve": curve, "term_sums": term_sums, "tokens": tokens, "target_tokens": target_tokens,
                 "padded": padded, "seconds": time.perf_counter() - t0}
 
-    restore_attention = set_attention(lm, attention)  # undone in the finally below
     bar = None
     if progress and accelerator.is_main_process:
         from tqdm.auto import tqdm
@@ -408,6 +407,7 @@ def fit(base: LoadedBase, examples: Sequence[Example], cfg, *, adapter: str, act
                    dynamic_ncols=True, leave=True)
     t0 = time.perf_counter() - done_seconds
     peft_model.train()
+    restore_attention = set_attention(lm, attention)  # undone in the finally below
     try:
         for epoch in range(cfg.epochs):
             if epoch < start_epoch:  # finished before the checkpoint (whose generator state is that of its epoch)
