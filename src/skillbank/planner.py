@@ -50,6 +50,10 @@ class Bank(Protocol):
 
     def check_scope(self, requests: Sequence[str]) -> list["ScopeVerdict"]: ...
 
+    def skill_priors(self, requests: Sequence[str], shards: Sequence[str], weight: float | None = None) -> list: ...
+
+    def skill_address(self, family: str) -> Any: ...
+
 
 class RequestError(RecordError):
     """A request that cannot be planned (blank, not text). ``index`` is its position in the call."""
@@ -230,10 +234,17 @@ class Planner:
         """Why a request got its verdict: the scope margin, the top three families by the router's
         probability, the words that counted for the family the scope statistics chose (with what each adds
         to its score), the spans read as argument values (no evidence either way) and the sentences the router
-        left out as scene-setting (``context``; routers that read the whole request leave nothing out)."""
+        left out as scene-setting (``context``; routers that read the whole request leave nothing out) and the
+        three skills of the chosen shard its skill statistics find likeliest (``top_skills``; the prior the
+        executor's choice of skill names was weighed by; empty for a shard written without them)."""
         bank, v = self.bank, decision.verdict
         out = {"scope_margin": decision.scope_margin, "scope_family": v.family if v is not None else None, "top_families": [], "counted_words": [],
-               "values": [], "context": []}
+               "values": [], "context": [], "top_skills": []}
+        skills = bank.skill_address(decision.shard) if decision.shard is not None else None
+        if skills is not None:
+            proba = np.asarray(skills.predict_proba([decision.request]))[0]
+            out["top_skills"] = [{"skill": str(skills.classes_[j]), "p": round(float(proba[j]), 4)}
+                                 for j in np.argsort(-proba)[:3]]
         if getattr(bank.address, "drop_context", False):
             out["context"] = scene_sentences(decision.request)
         if decision.proba is not None:
@@ -250,9 +261,11 @@ class Planner:
     # -- all four, in this process ------------------------------------------------------------------
     def plan(self, requests: Sequence[str] | str, *, shard: str | None = None, batch_size: int = 8,
              max_new_tokens: int | None = None, constrain: bool = True, copy_values: bool | None = None,
-             scope: bool = True, explain: bool = False) -> list[Plan]:
+             scope: bool = True, explain: bool = False, skill_prior: float | None = None) -> list[Plan]:
         """Check, decide, generate with the bank's Execution Memory, settle (see ``SkillBank.plan``). With
-        ``scope=False`` every request is generated, and one no family covers is still flagged ``out_of_scope``."""
+        ``scope=False`` every request is generated, and one no family covers is still flagged ``out_of_scope``.
+        skill_prior: the weight of each shard's skill statistics in its choice of skill names (None: the
+        default; 0: off)."""
         requests = self.check(requests)
         decisions = self.decide(requests, shard=shard)
         run = [i for i, d in enumerate(decisions) if not (scope and d.out_of_scope)]
@@ -268,9 +281,12 @@ class Planner:
             run = [i for i in run if i not in too_long]
         if run:
             t1 = time.perf_counter()
+            shards = [decisions[i].shard for i in run]
+            priors = (self.bank.skill_priors([requests[i] for i in run], shards, skill_prior)
+                      if constrain else None)
             outputs = dict(zip(run, engine.generate(
-                [requests[i] for i in run], [decisions[i].shard for i in run], batch_size=batch_size,
-                max_new_tokens=max_new_tokens, constrain=constrain, copy_values=copy_values)))
+                [requests[i] for i in run], shards, batch_size=batch_size,
+                max_new_tokens=max_new_tokens, constrain=constrain, copy_values=copy_values, priors=priors)))
             gen_s = (time.perf_counter() - t1) / len(run)
         size = min(batch_size, len(run)) if run else 0
         return [self.settle(d, outputs.get(i), failure=too_long.get(i), constrained=constrain,

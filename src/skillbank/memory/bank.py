@@ -40,6 +40,7 @@ from skillbank.memory.lineage import DEFAULT_INIT, MergedStart, fresh, lineage_o
 from skillbank.memory.scope import ScopeDetector, ScopeVerdict, catalog_text, fit_inputs
 from skillbank.memory.selector import selector_class
 from skillbank.memory.shard_files import dir_digests, shard_file_problems
+from skillbank.memory.skill_address import fit_skill_address, save_skill_address
 from skillbank.planner import Plan  # noqa: F401 - the result type, re-exported where it used to live
 
 log = logging.getLogger("skillbank.bank")
@@ -172,6 +173,7 @@ class SkillBank:
         self._max_resident: int | None = None
         self._given_base = False
         self._threads: int | None = None
+        self._skill_addresses: dict[str, tuple[str, object]] = {}  # shard -> (its digest, skill statistics or None)
 
     @property
     def execution(self):
@@ -444,6 +446,8 @@ class SkillBank:
                 (staging / "skills.json").write_text(json.dumps(
                     {"family": family, "skills": declared, "specs": specs}, indent=1, ensure_ascii=False) + "\n")
                 (staging / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
+                save_skill_address(fit_skill_address(records, specs, self.manifest.address_kind,
+                                                     self.manifest.address_params), staging)
             digests = dir_digests(staging)
             os.replace(staging, self.root / shard_rel)
 
@@ -573,9 +577,48 @@ class SkillBank:
                                          self.scope.classes_[best], why))
         return verdicts
 
+    def skill_address(self, family: str):
+        """Shard ``family``'s skill statistics (:mod:`skillbank.memory.skill_address`), or None where the shard
+        was written without them; their files are checked against the shard's digests when first read."""
+        from skillbank.memory.skill_address import SKILL_ADDRESS_DIR, load_skill_address
+        entry = self._entry(family)
+        key = entry.digests.get(f"{SKILL_ADDRESS_DIR}/selector.json", "")
+        kept = self._skill_addresses.get(family)
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        selector = None
+        if key:
+            mine = {f: d for f, d in entry.digests.items() if f.startswith(SKILL_ADDRESS_DIR + "/")}
+            problems = shard_file_problems(family, self.root / entry.dir, mine)
+            if problems:
+                raise BankError(problems[0] + " (checked as its skill statistics were read)")
+            selector = load_skill_address(self.root / entry.dir)
+        self._skill_addresses[family] = (key, selector)
+        return selector
+
+    def skill_priors(self, requests: Sequence[str], shards: Sequence[str], weight: float | None = None,
+                     floor: float | None = None) -> list:
+        """Per request the :class:`~skillbank.model.constrain.SkillPrior` its shard's skill statistics give
+        (None for a shard without them, or everywhere when ``weight`` is 0; None: the default weight and floor)."""
+        from skillbank.memory.skill_address import PRIOR_FLOOR, PRIOR_WEIGHT, skill_log_priors
+        from skillbank.model.constrain import SkillPrior
+        weight = PRIOR_WEIGHT if weight is None else float(weight)
+        out: list = [None] * len(requests)
+        if weight <= 0:
+            return out
+        for name in sorted(set(shards)):
+            selector = self.skill_address(name)
+            if selector is None:
+                continue
+            idx = [i for i, s in enumerate(shards) if s == name]
+            logps = skill_log_priors(selector, [requests[i] for i in idx], PRIOR_FLOOR if floor is None else floor)
+            for i, logp in zip(idx, logps):
+                out[i] = SkillPrior(logp, weight)
+        return out
+
     def plan(self, requests: Sequence[str] | str, *, shard: str | None = None, batch_size: int = 8,
              max_new_tokens: int | None = None, constrain: bool = True, copy_values: bool | None = None,
-             scope: bool = True, explain: bool = False) -> list["Plan"]:
+             scope: bool = True, explain: bool = False, skill_prior: float | None = None) -> list["Plan"]:
         """Route each request (or force ``shard``) and generate its task graph with that one executor
         (:class:`~skillbank.planner.Planner`, the one planning path).
 
@@ -585,9 +628,12 @@ class SkillBank:
             recorded by ``learn``), not for the others;
         scope: a request no learned family covers gets no plan (``out_of_scope`` with a ``reason``) and
             is not generated - nor is the base model loaded for it; off when ``shard`` is forced;
-        explain: each plan carries ``explain`` (see :class:`~skillbank.planner.Plan`)."""
+        explain: each plan carries ``explain`` (see :class:`~skillbank.planner.Plan`);
+        skill_prior: the weight of the shard's skill statistics when the executor chooses a skill name
+            (:mod:`skillbank.memory.skill_address`; None: the default, 0: off; constrained decoding only)."""
         return self.planner.plan(requests, shard=shard, batch_size=batch_size, max_new_tokens=max_new_tokens,
-                                 constrain=constrain, copy_values=copy_values, scope=scope, explain=explain)
+                                 constrain=constrain, copy_values=copy_values, scope=scope, explain=explain,
+                                 skill_prior=skill_prior)
 
     # -- a family's life cycle ---------------------------------------------------------------
     def _entry(self, family: str) -> ShardEntry:

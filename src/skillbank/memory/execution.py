@@ -260,12 +260,13 @@ class ExecutionMemory:
 
     def generate(self, requests: Sequence[str], shards: Sequence[str], *, batch_size: int = 8,
                  max_new_tokens: int | None = None, progress: bool = False, constrain: bool = True,
-                 copy_values: bool | None = None) -> list[ShardOutput]:
+                 copy_values: bool | None = None, priors: Sequence | None = None) -> list[ShardOutput]:
         """Generate request ``i`` with shard ``shards[i]``; outputs in input order.
 
         constrain: decode with each shard's grammar (default); copy_values: literal argument values must also
         be substrings of the request (None: where the shard's training graphs all copied theirs,
-        ``ShardEntry.values_copied``)."""
+        ``ShardEntry.values_copied``); priors: per request a
+        :class:`~skillbank.model.constrain.SkillPrior` over its shard's skills, or None (constrained only)."""
         if len(requests) != len(shards):
             raise BankError(f"got {len(requests)} requests but {len(shards)} shard names")
         groups: dict[str, list[int]] = defaultdict(list)
@@ -287,7 +288,8 @@ class ExecutionMemory:
                                          system_prompt=entry.system_prompt, batch_size=batch_size,
                                          max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
                                          progress=progress, stats=self.stats, grammars=grammars,
-                                         prefixes=self.prefixes(name))
+                                         prefixes=self.prefixes(name),
+                                         priors=[priors[i] for i in idx] if priors is not None and grammars else None)
             for i, o in zip(idx, outs):
                 parsed = decode_output(o.text, entry.target_format, entry.family_prefix, stopped=o.stopped,
                                        reason=o.reason)

@@ -352,8 +352,9 @@ class LlamaCppExecution:
 
     def generate(self, requests: Sequence[str], shards: Sequence[str], *, batch_size: int = 8,
                  max_new_tokens: int | None = None, progress: bool = False, constrain: bool = True,
-                 copy_values: bool | None = None) -> list[ShardOutput]:
-        """Generate request ``i`` with shard ``shards[i]``; outputs in input order. Requests are grouped by shard
+                 copy_values: bool | None = None, priors: Sequence | None = None) -> list[ShardOutput]:
+        """Generate request ``i`` with shard ``shards[i]``; outputs in input order (``priors`` as
+        :meth:`ExecutionMemory.generate <skillbank.memory.execution.ExecutionMemory.generate>`). Requests are grouped by shard
         (llama.cpp applies one set of adapters per forward pass); a group decodes up to ``batch_size`` rows per
         pass (:meth:`~skillbank.model.llamacpp.LlamaCppDecoder.decode_many`), a lone request alone, reusing the
         cached prompt head of the shard's previous request; the groups decode side by side in :meth:`lanes`."""
@@ -386,8 +387,9 @@ class LlamaCppExecution:
                 if constrain:
                     copy = copies_values(entry, copy_values)
                     with self._lock:  # the grammar caches are shared by the lanes
-                        matchers = [self.grammars_compiled.matcher(self.grammar(name, entry, requests[i] if copy
-                                                                                else None)) for i in idx]
+                        matchers = [self.grammars_compiled.matcher(
+                            self.grammar(name, entry, requests[i] if copy else None),
+                            prior=priors[i] if priors is not None else None) for i in idx]
                 prompts = [prompt_ids(self.tokenizer, requests[i], entry.system_prompt) for i in idx]
                 if len(idx) == 1 or batch_size == 1:
                     steps = [decoder.decode(p, adapter, cap, self.stops, m, bitmask) for p, m in zip(prompts, matchers)]
@@ -421,7 +423,8 @@ class LlamaCppExecution:
         if by_reference:
             outs = self.reference().generate([requests[i] for i in by_reference], [shards[i] for i in by_reference],
                                               batch_size=batch_size, max_new_tokens=cap, progress=progress,
-                                              constrain=constrain, copy_values=copy_values)
+                                              constrain=constrain, copy_values=copy_values,
+                                              priors=[priors[i] for i in by_reference] if priors is not None else None)
             for i, o in zip(by_reference, outs):
                 results[i] = o
         return results  # type: ignore[return-value]

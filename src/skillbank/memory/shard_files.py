@@ -16,7 +16,9 @@ def file_digest(path: Path) -> str:
 
 
 def dir_digests(directory: Path) -> dict[str, str]:
-    return {p.name: file_digest(p) for p in sorted(directory.iterdir()) if p.is_file()}
+    """Every file under ``directory`` by its relative path ("adapter_model.safetensors",
+    "skill_address/selector.json")."""
+    return {p.relative_to(directory).as_posix(): file_digest(p) for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
 def shard_file_problems(name: str, directory: Path, digests: dict[str, str]) -> list[str]:

@@ -497,6 +497,122 @@ class _PlanRow(RowMatcher):
         return self._error or self.row.error
 
 
+@dataclass(frozen=True)
+class SkillPrior:
+    """A prior over the skills a row may name: ``log p(skill | request)`` per skill id (floored; from the
+    shard's skill statistics, :mod:`skillbank.memory.skill_address`) and the weight it gets against the
+    executor's own log-probabilities. Only the choice among skill names is moved: at a token that starts or
+    continues a name, each allowed token gains ``weight * log(mass of the names it leads to / mass of the names
+    still open)``; a token that leads to no name (a links line, the end of the plan) gains nothing, so whether a
+    plan goes on or stops is still the executor's alone."""
+
+    logp: dict
+    weight: float
+
+    def row(self, matcher: RowMatcher, grammar: "GraphGrammar", decode) -> "_PriorRow":
+        return _PriorRow(matcher, grammar, self, decode)
+
+
+class _PriorRow(RowMatcher):
+    """A row matcher with a :class:`SkillPrior`: delegates the grammar to ``inner`` and keeps the text so far to
+    tell when the next token is part of a skill name. Hand-written: the structured-generation libraries give
+    masks, not a way to weigh the alternatives they allow."""
+
+    def __init__(self, inner: RowMatcher, grammar: "GraphGrammar", prior: SkillPrior, decode):
+        self.inner, self.grammar, self.decode = inner, grammar, decode
+        self.end = grammar.node_end
+        self.compact = grammar.fmt == "compact"
+        written = {s.id: written_name(s.id, grammar.fmt, grammar.prefix) for s in grammar.skills}
+        # name as written, followed by the character that ends it -> prior probability mass
+        self.mass = {written[sid] + self.end: float(np.exp(lp)) for sid, lp in prior.logp.items() if sid in written}
+        for sid, name in written.items():  # a skill the statistics never saw: the smallest mass they give
+            self.mass.setdefault(name + self.end, min(self.mass.values(), default=1.0))
+        self.weight = float(prior.weight)
+        self.text = ""
+        self.used: set[str] = set()
+        self._piece: dict[int, str] = {}
+
+    def fill(self, bitmask, row):
+        self.inner.fill(bitmask, row)
+
+    def allows(self, token):
+        return self.inner.allows(token)
+
+    def forced(self):
+        return self.inner.forced()
+
+    @property
+    def error(self):
+        return self.inner.error
+
+    def consume(self, token):
+        if not self.inner.consume(token):
+            return False
+        piece = self.piece(token)
+        self.text += piece
+        if self.end in piece:  # a name may have just finished: it cannot be chosen again
+            done = self._last_name()
+            if done is not None:
+                self.used.add(done + self.end)
+        return True
+
+    def piece(self, token: int) -> str:
+        text = self._piece.get(token)
+        if text is None:
+            text = self._piece[token] = self.decode([token]).decode("utf-8", errors="replace")
+        return text
+
+    def _partial_text(self) -> str | None:
+        """The skill name being written (possibly ""), or None when the next token is not part of a name."""
+        if self.compact:
+            line = self.text.rsplit("\n", 1)[-1]
+            if self.end in line or (line and not (line[0].isalpha() or line[0] == "_")):
+                return None
+            return line
+        at = self.text.rfind('"task":"')
+        if at < 0:
+            return None
+        rest = self.text[at + len('"task":"'):]
+        return None if '"' in rest else rest
+
+    def _last_name(self) -> str | None:
+        if self.compact:
+            line = [ln for ln in self.text.split("\n") if self.end in ln]
+            return line[-1][:line[-1].index(self.end)] if line else None
+        at = self.text.rfind('"task":"')
+        rest = self.text[at + len('"task":"'):]
+        return rest[:rest.index('"')] if at >= 0 and '"' in rest else None
+
+    def open_names(self) -> dict[str, float] | None:
+        """The names (with their end character) the row may still be writing, and their masses; None when the
+        next token is not part of a name or there is no choice left to weigh."""
+        if self.weight <= 0:
+            return None
+        partial = self._partial_text()
+        if partial is None:
+            return None
+        names = {n: m for n, m in self.mass.items() if n not in self.used and n.startswith(partial)}
+        return names if len(names) > 1 else None
+
+    def active(self) -> bool:
+        return self.open_names() is not None
+
+    def bias(self, tokens: np.ndarray) -> np.ndarray:
+        """What the prior adds to each of ``tokens`` (ids the grammar allows next)."""
+        names = self.open_names()
+        out = np.zeros(len(tokens), dtype=np.float32)
+        if names is None:
+            return out
+        partial = self._partial_text() or ""
+        total = sum(names.values())
+        for k, token in enumerate(tokens.tolist()):
+            text = partial + self.piece(int(token))
+            mass = sum(m for n, m in names.items() if n.startswith(text) or text.startswith(n))
+            if mass > 0:
+                out[k] = self.weight * float(np.log(mass / total))
+        return out
+
+
 class _XGrammarRow(RowMatcher):
     def __init__(self, matcher):
         self.m = matcher
@@ -586,6 +702,7 @@ class GrammarCache:
                                                            stop_token_ids=self.stops)
             vocab = info.decoded_vocab
             check_token_bytes(lambda i: bytes(vocab[i]), tokenizer, library="xgrammar")
+            self._vocab_bytes = vocab
             self._tok = xgrammar.GrammarCompiler(info, cache_enabled=False)
         self.tokenizer_seconds = time.perf_counter() - t0
 
@@ -619,6 +736,8 @@ class GrammarCache:
             return self._compiled[key]
 
     def decode(self, tokens: list[int]) -> bytes:
+        if self.backend != "llguidance":
+            return b"".join(bytes(self._vocab_bytes[t]) for t in tokens)
         return self._tok.decode_bytes(tokens)
 
     def _compile(self, grammar: GraphGrammar):
@@ -630,10 +749,18 @@ class GrammarCache:
             return matcher
         return self._tok.compile_grammar(grammar.ebnf())
 
-    def matcher(self, grammar: GraphGrammar, *, plan_prefixes: bool = True) -> RowMatcher:
+    def matcher(self, grammar: GraphGrammar, *, plan_prefixes: bool = True,
+                prior: SkillPrior | None = None) -> RowMatcher:
         """A fresh matcher at the grammar's start (compiled grammars are reused). With llguidance a shard's
         grammar is followed through its plan-prefix grammars (:class:`_PlanRow`) unless ``plan_prefixes`` is
-        False (the one whole-plan grammar, as an upstream server gets it)."""
+        False (the one whole-plan grammar, as an upstream server gets it). ``prior``: weigh the row's choice of
+        skill names by it (:class:`SkillPrior`)."""
+        row = self._matcher(grammar, plan_prefixes)
+        if prior is not None and prior.weight > 0 and isinstance(grammar, GraphGrammar):
+            return prior.row(row, grammar, self.decode)
+        return row
+
+    def _matcher(self, grammar: GraphGrammar, plan_prefixes: bool) -> RowMatcher:
         if plan_prefixes and self.backend == "llguidance" and isinstance(grammar, GraphGrammar) \
                 and grammar.prior is None:
             return _PlanRow(self, grammar)

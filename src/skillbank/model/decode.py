@@ -318,7 +318,8 @@ class RowBatch:
             # matcher about that one token (~2 us) spares filling and applying a whole-vocabulary mask (~70 us,
             # plus a masked arg-max); a trained executor's pick is allowed at most steps.
             picks = nxt.tolist()
-            constrained = [r for r in constrained if not _allows(self.rows[r].matcher, picks[r])]
+            constrained = [r for r in constrained
+                           if _weighs(self.rows[r].matcher) or not _allows(self.rows[r].matcher, picks[r])]
         if not constrained:
             return nxt, dead
         from skillbank.model.constrain import apply_bitmask
@@ -331,6 +332,11 @@ class RowBatch:
         index = torch.tensor(constrained, device=self.logits.device)
         masked = self.logits[index].float()
         apply_bitmask(masked, self._bitmask[constrained])
+        for k, r in enumerate(constrained):
+            if _weighs(self.rows[r].matcher):  # a skill name chosen under a prior (SkillPrior)
+                allowed = torch.isfinite(masked[k]).nonzero().flatten()
+                bias = self.rows[r].matcher.bias(allowed.cpu().numpy())
+                masked[k, allowed] += torch.as_tensor(bias, device=masked.device)
         best, choice = masked.max(dim=-1)
         nxt[index] = choice
         for r, value in zip(constrained, best.tolist()):
@@ -358,6 +364,12 @@ class RowBatch:
         body = row.tokens[:-1] if stopped else row.tokens
         return Decoded(self.tokenizer.decode(body, skip_special_tokens=True).strip(), len(row.tokens), stopped,
                        row.logprob / max(1, len(row.tokens)), reason)
+
+
+def _weighs(matcher) -> bool:
+    """Whether ``matcher`` weighs its next token by a skill prior (it is choosing a skill name)."""
+    active = getattr(matcher, "active", None)
+    return active is not None and active()
 
 
 def _allows(matcher, token: int) -> bool:

@@ -73,7 +73,8 @@ def _inference_mode(fn):
 def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
              max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, progress: bool = False,
              stats: GenerationStats | None = None, adapter_names: Sequence[str] | None = None,
-             base=None, grammars: Sequence | None = None, lora: str = "auto", prefixes=None) -> list[Generation]:
+             base=None, grammars: Sequence | None = None, lora: str = "auto", prefixes=None,
+             priors: Sequence | None = None) -> list[Generation]:
     """Greedy-decode every rendered prompt string (see ``prompts.render_prompt``); outputs in input order.
 
     batch_size: rows decoded together. A row leaves as soon as it stops and the next prompt takes its slot
@@ -88,6 +89,8 @@ def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
     prefixes: a :class:`~skillbank.model.decode.PrefixKV` kept by the caller across calls, so a prompt prefix
         the calls share is prefilled once; the caller drops it when the model's adapters change. None: this
         call's own.
+    priors: per prompt a :class:`~skillbank.model.constrain.SkillPrior` weighing its skill names (or None);
+        only where the prompt has a grammar.
     """
     from skillbank.model.decode import RowBatch
 
@@ -100,6 +103,8 @@ def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
         raise ModelError(f"got {len(prompts)} prompts but {len(adapter_names)} adapter names")
     if grammars is not None and len(grammars) != len(prompts):
         raise ModelError(f"got {len(prompts)} prompts but {len(grammars)} grammars")
+    if priors is not None and len(priors) != len(prompts):
+        raise ModelError(f"got {len(prompts)} prompts but {len(priors)} skill priors")
     cache = None
     if grammars is not None and any(g is not None for g in grammars):
         from skillbank.model.constrain import grammar_cache
@@ -125,7 +130,8 @@ def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
             idx = [queue.popleft() for _ in range(min(free, len(queue)))]
             matchers = None
             if cache is not None:
-                matchers = [cache.matcher(grammars[i]) if grammars[i] is not None else None for i in idx]
+                matchers = [cache.matcher(grammars[i], prior=priors[i] if priors is not None else None)
+                            if grammars[i] is not None else None for i in idx]
             batch.add_ids([encoded[i] for i in idx], idx, [adapters[i] for i in idx], [max_new_tokens] * len(idx),
                           matchers)
         for row, d in batch.step():
@@ -151,10 +157,10 @@ def generate_for_requests(model, tokenizer, requests: Sequence[str], *, system_p
                           batch_size: int = 8, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, progress: bool = False,
                           stats: GenerationStats | None = None, grammars: Sequence | None = None,
                           adapter_names: Sequence[str] | None = None, base=None, lora: str = "auto",
-                          prefixes=None) -> list[Generation]:
+                          prefixes=None, priors: Sequence | None = None) -> list[Generation]:
     """Render the closed-book prompt for each raw request and :func:`generate`."""
     prompts = [render_prompt(tokenizer, r, system_prompt) for r in requests]
     return generate(model, tokenizer, prompts, batch_size=batch_size, max_new_tokens=max_new_tokens,
                     progress=progress, stats=stats, grammars=grammars, adapter_names=adapter_names, base=base,
-                    lora=lora, prefixes=prefixes)
+                    lora=lora, prefixes=prefixes, priors=priors)
 

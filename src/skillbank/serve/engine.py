@@ -53,6 +53,7 @@ class Job:
     grammar: Any = None  # what the output must follow (skillbank.model.constrain); None: unconstrained
     client: str = ""  # who asked (the peer's address): fair admission shares the queue and the batch by it
     client_grammar: bool = False  # ``grammar`` came with the request (structured_outputs), not from the shard
+    prior: Any = None  # the shard's skill prior for this request (skillbank.model.constrain.SkillPrior), or None
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ class LocalEngine(_EngineThread):
         matchers = None
         if any(j.grammar is not None for j in jobs):
             cache = self.execution.grammar_cache()
-            matchers = [cache.matcher(j.grammar) if j.grammar is not None else None for j in jobs]
+            matchers = [cache.matcher(j.grammar, prior=j.prior) if j.grammar is not None else None for j in jobs]
         batch.add(prompts, [id(j) for j in jobs], [j.shard for j in jobs], [j.max_new_tokens for j in jobs], matchers)
 
     def _load_shards(self, fresh: list, rows: dict) -> list:
@@ -322,7 +323,7 @@ class LlamaCppEngine(_EngineThread):
         def start(job: Job) -> tuple[list[int], Any, int]:
             state["rows"] += 1
             joined[id(job)] = (time.perf_counter(), state["rows"])
-            matcher = grammars.matcher(job.grammar) if job.grammar is not None else None
+            matcher = grammars.matcher(job.grammar, prior=job.prior) if job.grammar is not None else None
             return prompt_ids(self.tokenizer, job.request, entry.system_prompt), matcher, job.max_new_tokens
 
         def feed() -> list[tuple[list[int], Any, int]]:
@@ -372,7 +373,7 @@ class LlamaCppEngine(_EngineThread):
             started = time.perf_counter()
             outs = self.execution.reference().generate([j.request for j, _ in jobs], [shard] * len(jobs),
                                                        batch_size=self.max_batch, max_new_tokens=cap,
-                                                       constrain=constrain)
+                                                       constrain=constrain, priors=[j.prior for j, _ in jobs])
             for (job, deliver), o in zip(jobs, outs):
                 answer(job, deliver, Output(o.text, o.parsed, o.n_tokens, o.stopped, started,
                                             time.perf_counter() - started, len(jobs), o.mean_logprob), None)

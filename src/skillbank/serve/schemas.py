@@ -119,7 +119,9 @@ class PlanResult(BaseModel):
                                                                 "scope_margin, scope_family, top_families [{family, "
                                                                 "p}], counted_words [{word, score}], values "
                                                                 "[{kind, text}] (spans read as argument values), context "
-                                                                "[sentence] (left out of routing as scene-setting)")
+                                                                "[sentence] (left out of routing as scene-setting), "
+                                                                "top_skills [{skill, p}] (the chosen shard's skill "
+                                                                "prior)")
 
 
 class PlanResponse(BaseModel):

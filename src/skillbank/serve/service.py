@@ -275,6 +275,14 @@ class Service:
             if q.shard in broken:
                 q.failure = broken[q.shard]
                 continue
+            prior = None
+            if grammar is None and rule is not None:
+                try:  # the shard's skill statistics (none in shards written before them)
+                    [prior] = snap.bank.skill_priors([q.request], [q.shard])
+                except SkillbankError as exc:
+                    broken[q.shard] = shard_failure(q.shard, exc, snap.bank.root)
+                    q.failure = broken[q.shard]
+                    continue
             entry = snap.entry(q.shard)
             n_prompt = self.engine.prompt_tokens(q.request, entry)
             if limit and n_prompt + mnt > limit:
@@ -282,7 +290,7 @@ class Service:
                 raise ServiceError(413, f"{where} is too long: {n_prompt} prompt tokens + {mnt} generation tokens "
                                         f"exceed the base model's context of {limit} tokens", param=where)
             q.job = Job(q.request, q.shard, entry, mnt, loop.create_future(), prompt_tokens=n_prompt, grammar=rule,
-                        client=client, client_grammar=grammar is not None)
+                        client=client, client_grammar=grammar is not None, prior=prior)
             jobs.append(q.job)
         for q in planned:
             if q.out_of_scope:
