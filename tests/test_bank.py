@@ -30,11 +30,12 @@ def test_learn_plan_reopen_cycle(tmp_path, base, tiny_model_dir, small_stream):
     k1, k2 = small_stream.family_keys[:2]
     bank = SkillBank.create(tmp_path / "bank", base=base)
     e1 = learn(bank, small_stream, k1)
-    shard1_bytes = {p.name: p.read_bytes() for p in (tmp_path / "bank" / e1.dir).iterdir()}
+    shard1_bytes = {p: p.read_bytes() for p in (tmp_path / "bank" / e1.dir).rglob("*") if p.is_file()}
+    assert any(p.parent.name == "skill_address" for p in shard1_bytes)
     learn(bank, small_stream, k2)
     assert bank.shard_names == [k1, k2]
     # an earlier shard is write-once: bytes and digests unchanged by the later learn
-    assert {p.name: p.read_bytes() for p in (tmp_path / "bank" / e1.dir).iterdir()} == shard1_bytes
+    assert {p: p.read_bytes() for p in (tmp_path / "bank" / e1.dir).rglob("*") if p.is_file()} == shard1_bytes
     assert json.loads((tmp_path / "bank" / "bank.json").read_text())["shards"][0]["digests"] == e1.digests
     # frozen means frozen in memory too, after adapter switches
     reqs = requests_of(small_stream, k1, k2)
