@@ -396,6 +396,7 @@ def test_row_batch_matches_hf_generate_when_rows_stop_early(client, small_stream
     k1, k2 = small_stream.family_keys[:2]
     svc = service_of(client.app)
     base, tok = svc.engine.execution.base, svc.engine.tokenizer
+    svc.engine.execution.ensure_resident([k1, k2])  # the bank loads shards lazily: alone, this test plans nothing first
     # The tiny random model answers every chat-templated prompt alike (the template's last tokens decide),
     # so use raw text prompts: each row then repeats a token of its own.
     prompts = ["book a flight to Paris", "translate this", "9 9 9 9 hello", "What is the weather like in Lisbon",

@@ -93,6 +93,25 @@ def test_a_corrupt_shard_fails_only_its_own_requests(tmp_path, bank_dir, tiny_mo
         assert errors.get("shard") == 4.0 and "generation" not in errors and "internal" not in errors
 
 
+def test_damaged_skill_statistics_fail_only_their_shards_requests(tmp_path, bank_dir, tiny_model_dir, small_stream):
+    """The skill prior's files are part of the shard: damaged, the shard's requests fail by name (no server
+    path), the other shards' plan as before."""
+    k1, k2 = small_stream.family_keys[:2]
+    bank = copy_bank(bank_dir, tmp_path / "bank")
+    entry = next(e for e in read_manifest(bank).shards if e.name == k2)
+    stats = bank / entry.dir / "skill_address" / "stats.npz"
+    stats.write_bytes(stats.read_bytes()[:-4] + b"\0\0\0\0")
+    a, c = small_stream.test[k1][0].request, small_stream.test[k2][0].request
+    app = create_app(bank, ServeConfig(max_new_tokens=MAX_NEW, scope=False), base=fresh_base(tiny_model_dir))
+    with TestClient(app) as client:
+        resp = client.post("/v1/plan", json={"request": [a, c]})
+        assert resp.status_code == 200, resp.text
+        good, bad = resp.json()["plans"]
+        assert good["shard"] == k1 and not good["failed"] and good["tokens"] > 0
+        assert bad["failed"] and f"shard '{k2}'" in bad["error"] and "skill_address/stats.npz" in bad["error"]
+        no_server_path(resp.text, bank, tiny_model_dir)
+
+
 def test_a_corrupt_shard_in_upstream_mode(tmp_path, bank_dir, small_stream):
     """The front checks a shard's files on its first routed request: the broken one's requests fail alone, the
     others are generated upstream."""

@@ -258,6 +258,21 @@ class Service:
                     except SkillbankError as exc:
                         broken[name] = shard_failure(name, exc, snap.bank.root)
 
+        # The shards' skill priors (an encoder pass per shard's requests, off the event loop); an upstream
+        # server takes the grammar only, so it decodes without them.
+        priors: dict[int, object] = {}
+        wanted = [i for i, q in enumerate(planned) if not q.out_of_scope and q.shard not in broken]
+        if grammar is None and cfg.constrain and self.mode != "upstream" and wanted:
+            for name in dict.fromkeys(planned[i].shard for i in wanted):
+                mine = [i for i in wanted if planned[i].shard == name]
+                try:
+                    got = await asyncio.to_thread(snap.bank.skill_priors, [planned[i].request for i in mine],
+                                                  [name] * len(mine))
+                except SkillbankError as exc:
+                    broken[name] = shard_failure(name, exc, snap.bank.root)
+                    continue
+                priors.update(zip(mine, got))
+
         cap = self.default_max_new_tokens(snap)
         mnt = min(max_new_tokens, cap) if max_new_tokens else cap
         limit = self.engine.context_limit()
@@ -275,14 +290,7 @@ class Service:
             if q.shard in broken:
                 q.failure = broken[q.shard]
                 continue
-            prior = None
-            if grammar is None and rule is not None:
-                try:  # the shard's skill statistics (none in shards written before them)
-                    [prior] = snap.bank.skill_priors([q.request], [q.shard])
-                except SkillbankError as exc:
-                    broken[q.shard] = shard_failure(q.shard, exc, snap.bank.root)
-                    q.failure = broken[q.shard]
-                    continue
+            prior = priors.get(i) if grammar is None else None
             entry = snap.entry(q.shard)
             n_prompt = self.engine.prompt_tokens(q.request, entry)
             if limit and n_prompt + mnt > limit:
