@@ -442,7 +442,27 @@ class _LLGuidanceRow(RowMatcher):
         return self.m.get_error()
 
 
-class _PlanRow(RowMatcher):
+class _WrappingRow(RowMatcher):
+    """A row that asks another row (``inner``) for its masks, forced tokens and errors, and adds bookkeeping of
+    its own in ``consume``."""
+
+    inner: RowMatcher
+
+    def fill(self, bitmask, row):
+        self.inner.fill(bitmask, row)
+
+    def allows(self, token):
+        return self.inner.allows(token)
+
+    def forced(self):
+        return self.inner.forced()
+
+    @property
+    def error(self):
+        return self.inner.error
+
+
+class _PlanRow(_WrappingRow):
     """A row that follows a plan's prefix grammars (llguidance): each time a node's skill is complete in the
     text so far, the row switches to the grammar after those nodes (:meth:`GraphGrammar.variant`) and replays
     its tokens into it. So a skill cannot be written twice and JSON links join only the plan's own nodes,
@@ -455,20 +475,11 @@ class _PlanRow(RowMatcher):
         # decode is the concatenation of its tokens' bytes): decoding every token again at each node end made a
         # row's bookkeeping quadratic in its length (in json, where every '"' may end a node's skill)
         self.nodes: tuple[str, ...] = ()
-        self.row = _LLGuidanceRow(cache.compile(grammar.variant(())).deep_copy())
+        self.inner = _LLGuidanceRow(cache.compile(grammar.variant(())).deep_copy())
         self._error = ""
 
-    def fill(self, bitmask, row):
-        self.row.fill(bitmask, row)
-
-    def allows(self, token):
-        return self.row.allows(token)
-
-    def forced(self):
-        return self.row.forced()
-
     def consume(self, token):
-        if not self.row.consume(token):
+        if not self.inner.consume(token):
             return False
         self.tokens.append(token)
         piece = self.cache.decode([token])
@@ -489,12 +500,12 @@ class _PlanRow(RowMatcher):
             if not all(row.consume(t) for t in self.tokens):
                 self._error = f"the plan so far does not fit its next grammar ({row.error[:120]})"
                 return False
-            self.row = row
+            self.inner = row
         return True
 
     @property
     def error(self):
-        return self._error or self.row.error
+        return self._error or self.inner.error
 
 
 @dataclass(frozen=True)
@@ -513,7 +524,7 @@ class SkillPrior:
         return _PriorRow(matcher, grammar, self, decode)
 
 
-class _PriorRow(RowMatcher):
+class _PriorRow(_WrappingRow):
     """A row matcher with a :class:`SkillPrior`: delegates the grammar to ``inner`` and keeps the text so far to
     tell when the next token is part of a skill name. Hand-written: the structured-generation libraries give
     masks, not a way to weigh the alternatives they allow."""
@@ -531,19 +542,6 @@ class _PriorRow(RowMatcher):
         self.text = ""
         self.used: set[str] = set()
         self._piece: dict[int, str] = {}
-
-    def fill(self, bitmask, row):
-        self.inner.fill(bitmask, row)
-
-    def allows(self, token):
-        return self.inner.allows(token)
-
-    def forced(self):
-        return self.inner.forced()
-
-    @property
-    def error(self):
-        return self.inner.error
 
     def consume(self, token):
         if not self.inner.consume(token):
