@@ -31,15 +31,6 @@ PRIOR_WEIGHT = 0.5
 PRIOR_FLOOR = -5.0
 
 
-def skills_of(graph) -> list[str]:
-    """The distinct skill ids a gold graph uses, in node order."""
-    out: list[str] = []
-    for node in graph.nodes:
-        if node.task not in out:
-            out.append(node.task)
-    return out
-
-
 def fit_skill_address(records, specs: Sequence[dict], kind: str, params: dict):
     """A selector of ``kind`` over the family's skills: each request of ``records`` counted for every skill its
     graph uses, each skill's catalog text (``specs``, as ``skills.json`` keeps them) for that skill. None when
@@ -49,7 +40,7 @@ def fit_skill_address(records, specs: Sequence[dict], kind: str, params: dict):
 
     requests, labels = [], []
     for r in records:
-        for skill in skills_of(r.graph):
+        for skill in dict.fromkeys(r.graph.tasks):  # each skill of the graph once
             requests.append(r.request)
             labels.append(skill)
     if len(set(labels)) < 2:

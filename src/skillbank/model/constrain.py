@@ -416,6 +416,15 @@ class RowMatcher:
         a draft for the decoder to check; [] where there are none or the backend cannot tell."""
         return []
 
+    def active(self) -> bool:
+        """Whether the next pick is weighed by a prior (:class:`SkillPrior`): then the decoder scores every
+        allowed token with :meth:`bias` added instead of keeping a free pick the grammar allows."""
+        return False
+
+    def bias(self, tokens: np.ndarray) -> np.ndarray:
+        """What the prior adds to each of ``tokens`` (ids the grammar allows next)."""
+        return np.zeros(len(tokens), dtype=np.float32)
+
 
 class _LLGuidanceRow(RowMatcher):
     def __init__(self, matcher):
@@ -581,27 +590,26 @@ class _PriorRow(_WrappingRow):
         rest = self.text[at + len('"task":"'):]
         return rest[:rest.index('"')] if at >= 0 and '"' in rest else None
 
-    def open_names(self) -> dict[str, float] | None:
-        """The names (with their end character) the row may still be writing, and their masses; None when the
-        next token is not part of a name or there is no choice left to weigh."""
+    def open_names(self) -> tuple[str, dict[str, float]] | None:
+        """The part of a name written so far and the names (with their end character) it may still become, with
+        their masses; None when the next token is not part of a name or there is no choice left to weigh."""
         if self.weight <= 0:
             return None
         partial = self._partial_text()
         if partial is None:
             return None
         names = {n: m for n, m in self.mass.items() if n not in self.used and n.startswith(partial)}
-        return names if len(names) > 1 else None
+        return (partial, names) if len(names) > 1 else None
 
     def active(self) -> bool:
         return self.open_names() is not None
 
     def bias(self, tokens: np.ndarray) -> np.ndarray:
-        """What the prior adds to each of ``tokens`` (ids the grammar allows next)."""
-        names = self.open_names()
         out = np.zeros(len(tokens), dtype=np.float32)
-        if names is None:
+        opened = self.open_names()
+        if opened is None:
             return out
-        partial = self._partial_text() or ""
+        partial, names = opened
         total = sum(names.values())
         for k, token in enumerate(tokens.tolist()):
             text = partial + self.piece(int(token))

@@ -318,8 +318,8 @@ class RowBatch:
             # matcher about that one token (~2 us) spares filling and applying a whole-vocabulary mask (~70 us,
             # plus a masked arg-max); a trained executor's pick is allowed at most steps.
             picks = nxt.tolist()
-            constrained = [r for r in constrained
-                           if _weighs(self.rows[r].matcher) or not _allows(self.rows[r].matcher, picks[r])]
+            weighed = {r for r in constrained if _weighs(self.rows[r].matcher)}
+            constrained = [r for r in constrained if r in weighed or not _allows(self.rows[r].matcher, picks[r])]
         if not constrained:
             return nxt, dead
         from skillbank.model.constrain import apply_bitmask
@@ -333,7 +333,7 @@ class RowBatch:
         masked = self.logits[index].float()
         apply_bitmask(masked, self._bitmask[constrained])
         for k, r in enumerate(constrained):
-            if _weighs(self.rows[r].matcher):  # a skill name chosen under a prior (SkillPrior)
+            if r in weighed:  # a skill name chosen under a prior (SkillPrior)
                 allowed = torch.isfinite(masked[k]).nonzero().flatten()
                 bias = self.rows[r].matcher.bias(allowed.cpu().numpy())
                 masked[k, allowed] += torch.as_tensor(bias, device=masked.device)

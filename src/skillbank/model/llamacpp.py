@@ -463,21 +463,15 @@ class LlamaCppDecoder:
         logits = row.logits
         pick = int(np.argmax(logits))
         matcher = row.matcher
-        if matcher is not None and getattr(matcher, "active", None) is not None and matcher.active():
-            # a skill name is being chosen under a prior (SkillPrior): weigh every name token the grammar allows
+        weighed = matcher is not None and matcher.active()  # a skill name chosen under a prior (SkillPrior)
+        if matcher is not None and (weighed or not matcher.allows(pick)):
             matcher.fill(bitmask, 0)
             allowed = np.flatnonzero(np.unpackbits(bitmask[0].view(np.uint8), bitorder="little")[:self.n_vocab])
             if not len(allowed):
                 return Step(row.tokens, False, row.logprob,
                             f"grammar dead end: no token is allowed ({matcher.error[:200] or 'empty mask'})")
-            pick = int(allowed[np.argmax(logits[allowed] + matcher.bias(allowed))])
-        elif matcher is not None and not matcher.allows(pick):
-            matcher.fill(bitmask, 0)
-            allowed = np.unpackbits(bitmask[0].view(np.uint8), bitorder="little")[:self.n_vocab].astype(bool)
-            if not allowed.any():
-                return Step(row.tokens, False, row.logprob,
-                            f"grammar dead end: no token is allowed ({matcher.error[:200] or 'empty mask'})")
-            pick = int(np.argmax(np.where(allowed, logits, -np.inf)))
+            scores = logits[allowed] + matcher.bias(allowed) if weighed else logits[allowed]
+            pick = int(allowed[np.argmax(scores)])  # ascending ids: ties go to the lowest, as before
         # the log-probability under the model itself, before masking (as the reference path reports it)
         top = float(logits.max())
         row.logprob += float(logits[pick]) - top - float(np.log(np.exp(logits - top, dtype=np.float64).sum()))

@@ -290,7 +290,6 @@ class Service:
             if q.shard in broken:
                 q.failure = broken[q.shard]
                 continue
-            prior = priors.get(i) if grammar is None else None
             entry = snap.entry(q.shard)
             n_prompt = self.engine.prompt_tokens(q.request, entry)
             if limit and n_prompt + mnt > limit:
@@ -298,7 +297,7 @@ class Service:
                 raise ServiceError(413, f"{where} is too long: {n_prompt} prompt tokens + {mnt} generation tokens "
                                         f"exceed the base model's context of {limit} tokens", param=where)
             q.job = Job(q.request, q.shard, entry, mnt, loop.create_future(), prompt_tokens=n_prompt, grammar=rule,
-                        client=client, client_grammar=grammar is not None, prior=prior)
+                        client=client, client_grammar=grammar is not None, prior=priors.get(i))
             jobs.append(q.job)
         for q in planned:
             if q.out_of_scope:
