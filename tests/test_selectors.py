@@ -108,6 +108,35 @@ def test_embedding_router_reads_past_long_payloads(small_stream):
         make_selector("embed-lda-nb", payload_min_words=-1)
 
 
+def test_encoder_memo_embeds_each_text_once_in_its_block_and_thread_only(monkeypatch):
+    import threading
+
+    from skillbank.memory.selectors.embedding import encoder_memo, get_encoder
+    enc = get_encoder("minilm-int8")
+    seen = []
+    real = enc._encode
+    monkeypatch.setattr(enc, "_encode", lambda texts: seen.append(list(texts)) or real(texts))
+    texts = ["set an alarm for 7", "play some jazz", "set an alarm for 7"]
+    alone = enc.encode(texts)
+    assert seen == [["set an alarm for 7", "play some jazz"]]  # a repeated text is embedded once per call
+    np.testing.assert_array_equal(alone[0], alone[2])
+    seen.clear()
+    with encoder_memo():
+        with encoder_memo():  # nested: the same memo
+            first = enc.encode(texts)
+        again = enc.encode(["play some jazz", "order pad thai"])
+        other = []
+        worker = threading.Thread(target=lambda: other.append(enc.encode(["play some jazz"])))
+        worker.start()
+        worker.join()
+    assert seen == [["set an alarm for 7", "play some jazz"], ["order pad thai"], ["play some jazz"]]
+    np.testing.assert_array_equal(first, alone)  # one text per call: the memo returns what embedding gives
+    np.testing.assert_array_equal(again[0], alone[1])
+    seen.clear()
+    enc.encode(["play some jazz"])  # the block is closed: nothing was kept
+    assert seen == [["play some jazz"]]
+
+
 def test_embedding_router_counts_its_catalog_text(tmp_path, small_stream):
     keys = small_stream.family_keys[:2]
     docs = ["zorblax the quuxfile into a flimwave", "flimwave output"]

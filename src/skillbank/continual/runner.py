@@ -309,6 +309,13 @@ class RunContext:
 
 
 def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrained: dict | None = None) -> dict:
+    """Train and evaluate one method over one order, resuming from its last finished stage."""
+    from skillbank.memory.selectors.embedding import encoder_memo
+    with encoder_memo():  # every stage routes the earlier stages' held-out requests again: embed each once
+        return _run_method_order(rc, method_name, order_name, pretrained)
+
+
+def _run_method_order(rc: RunContext, method_name: str, order_name: str, pretrained: dict | None = None) -> dict:
     from skillbank.continual.methods import MethodContext, method_class
     from skillbank.model.base import load_base
 

@@ -348,15 +348,17 @@ class SkillBank:
             raise BankError(f"family {family!r} is already in the bank; shards are write-once - learn it under a new name")
         catalog, records, declared = self._family_inputs(family, records, catalog, skills)
         cfg = train_config or self.default_train_config()
-        start, lineage = resolve_start(self, family, init, [r.request for r in records], cfg, progress=progress)
-        if start is not None and pretrained is not None:
-            what = ("the family-neutral start" if isinstance(start, Path) else
-                    f"a merge of {list(start.names)}" if isinstance(start, MergedStart) else f"shard {start!r}")
-            raise BankError(f"a pretrained adapter ({pretrained}) was trained elsewhere from a fresh LoRA; "
-                            f"it cannot start from {what} (init='fresh')")
-        specs = [catalog.skills[s].to_dict() for s in declared if s in catalog.skills] if catalog else []
-        return self._publish_shard(family, records, cfg, declared, specs, progress=progress, pretrained=pretrained,
-                                   checkpoint=checkpoint, start=start, lineage=lineage)
+        from skillbank.memory.selectors.embedding import encoder_memo
+        with encoder_memo():  # the start's choice, the router and the skill statistics embed the same requests
+            start, lineage = resolve_start(self, family, init, [r.request for r in records], cfg, progress=progress)
+            if start is not None and pretrained is not None:
+                what = ("the family-neutral start" if isinstance(start, Path) else
+                        f"a merge of {list(start.names)}" if isinstance(start, MergedStart) else f"shard {start!r}")
+                raise BankError(f"a pretrained adapter ({pretrained}) was trained elsewhere from a fresh LoRA; "
+                                f"it cannot start from {what} (init='fresh')")
+            specs = [catalog.skills[s].to_dict() for s in declared if s in catalog.skills] if catalog else []
+            return self._publish_shard(family, records, cfg, declared, specs, progress=progress,
+                                       pretrained=pretrained, checkpoint=checkpoint, start=start, lineage=lineage)
 
     def _family_inputs(self, family: str, records, catalog, skills, *, replacing: bool = False):
         """(catalog, records, declared skill ids) of a family to learn, checked: records as Records (files and
@@ -740,10 +742,12 @@ class SkillBank:
         else:  # keep the specs the old version was given
             specs = [sp for sp in read_skills_specs(self.root / old.dir) if sp.get("id") in declared]
         cfg = train_config or TrainConfig.from_dict(old.training.get("config", {}))
-        start, lineage = resolve_start(self, family, init, [r.request for r in records], cfg, replacing=True,
-                                       exclude=drop)
-        return self._publish_shard(family, records, cfg, declared, specs, progress=progress, replace=True,
-                                   start=start, lineage=lineage, drop=drop)
+        from skillbank.memory.selectors.embedding import encoder_memo
+        with encoder_memo():  # as in learn
+            start, lineage = resolve_start(self, family, init, [r.request for r in records], cfg, replacing=True,
+                                           exclude=drop)
+            return self._publish_shard(family, records, cfg, declared, specs, progress=progress, replace=True,
+                                       start=start, lineage=lineage, drop=drop)
 
     def export_family(self, family: str, out: str | Path) -> Path:
         """Write one family as a directory another bank on the same base can import: the shard, its entry (with

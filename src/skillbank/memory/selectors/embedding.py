@@ -30,9 +30,11 @@ sentence-transformers does for this model.
 from __future__ import annotations
 
 import importlib.util
+import threading
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -146,12 +148,20 @@ class SentenceEncoder:
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
-        if self.memo is None:
-            return self._encode(texts)
-        todo = [t for t in dict.fromkeys(texts) if t not in self.memo]
-        if todo:
-            self.memo.update(zip(todo, self._encode(todo)))
-        return np.stack([self.memo[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+        memo = self.memo
+        if memo is None and getattr(_SCOPED, "memos", None) is not None:
+            memo = _SCOPED.memos.setdefault(self.name, {})
+        if memo is None:
+            distinct = list(dict.fromkeys(texts))  # a multi-skill request is counted once per skill
+            if len(distinct) == len(texts):
+                return self._encode(texts)
+            rows = dict(zip(distinct, self._encode(distinct)))
+        else:
+            todo = [t for t in dict.fromkeys(texts) if t not in memo]
+            if todo:
+                memo.update(zip(todo, self._encode(todo)))
+            rows = memo
+        return np.stack([rows[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         if self._onnx is not None:
@@ -190,7 +200,25 @@ def memoize_encoders(on: bool = True) -> None:
         enc.memo = {} if on else None
 
 
+@contextmanager
+def encoder_memo() -> Iterator[None]:
+    """In this thread, embed each distinct text once inside the block, then forget every memoized text. A learn
+    embeds its family's requests for the router, the start's choice and the skill statistics, and an evaluation
+    routes the same held-out requests after every stage; outside such a block, and in other threads (a service
+    planning while it learns), nothing is kept: a deployed router holds no request, even in memory. Inside a
+    block already open it changes nothing."""
+    if getattr(_SCOPED, "memos", None) is not None:
+        yield
+        return
+    _SCOPED.memos = {}
+    try:
+        yield
+    finally:
+        _SCOPED.memos = None
+
+
 _MEMO = False
+_SCOPED = threading.local()  # memos: encoder name -> {text: vector} inside an encoder_memo() block, else None
 
 
 class EmbeddingLDANBAddress(Selector):
