@@ -270,3 +270,19 @@ def test_default_threads_leaves_busy_cores_alone(monkeypatch):
         raise RuntimeError("no CPU counters here")
     monkeypatch.setattr(psutil, "cpu_percent", unavailable)
     assert base_mod.default_threads(window_s=0) == 8
+
+
+def test_threads_probe_waits_only_for_what_is_left_of_its_window(monkeypatch):
+    import time
+
+    from skillbank.model import threads as threads_mod
+    waits = []
+    probe = threads_mod.ThreadsProbe()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.06:  # start-up work done while the sample runs
+        pass
+    monkeypatch.setattr(threads_mod.time, "sleep", waits.append)
+    assert 1 <= probe.threads(window_s=0.05) <= 8
+    assert waits == []  # the window had passed: no wait
+    threads_mod.ThreadsProbe().threads(window_s=10.0)
+    assert len(waits) == 1 and 9.9 < waits[0] <= 10.0  # made just now: waits for nearly all of it

@@ -104,15 +104,15 @@ class LlamaCppExecution:
                  merged_resident: int = MERGED_RESIDENT):
         from skillbank.model.constrain import GrammarCache
         from skillbank.model.light_tokenizer import LightTokenizer
-        from skillbank.model.threads import default_threads
+        from skillbank.model.threads import ThreadsProbe
 
+        probe = None if threads else ThreadsProbe()  # samples the machine's load while the rest starts up
         manifest = manifest_of()
         problem = llamacpp_problem(manifest)
         if problem:
             raise EngineUnavailable(f"the llama.cpp engine cannot serve {root}: {problem}")
         self.root, self.manifest_of, self._reference = Path(root), manifest_of, reference
         self.base_digest = manifest.base["digest"]
-        self.threads = threads or default_threads()
         self.tokenizer = LightTokenizer(embedded_tokenizer_dir())
         self.gguf = embedded_gguf_path()
         self.shape, self.n_vocab = read_shape(self.gguf)
@@ -120,6 +120,7 @@ class LlamaCppExecution:
         self._base: LlamaCppDecoder | None = None  # the base with runtime adapters (merge=False)
         self.stops = set(stop_token_ids(self.tokenizer))
         self.grammars_compiled = GrammarCache(self.tokenizer, self.stops, self.n_vocab)
+        self.threads = threads or probe.threads()
         self.max_resident = max_resident
         self.merged_resident = merged_resident  # a service with many hot shards keeps more loaded
         self.loaded: OrderedDict[str, str] = OrderedDict()  # shard -> key of what serves it, LRU first
