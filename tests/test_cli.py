@@ -223,6 +223,13 @@ def test_plan_file_plain_text_jsonl_and_stdin(tmp_path, tiny_bank, small_stream)
     r = invoke("plan", "-h")
     help_text = " ".join(r.output.replace("│", " ").split())  # rich wraps the help inside a box
     assert "plain text" in help_text and "'-' for stdin" in help_text
+    # several requests as arguments: one line each, in order; with --file as well, or with neither, an error
+    r = invoke("plan", tiny_bank, reqs[0], reqs[1], "--max-new-tokens", 4)
+    assert r.exit_code == 0, r.output
+    assert [json.loads(x)["request"] for x in r.stdout.strip().splitlines()] == [reqs[0], reqs[1]]
+    for args in ([reqs[0], "--file", tmp_path / "reqs.txt"], []):
+        r = invoke("plan", tiny_bank, *args)
+        assert r.exit_code == 2 and "one of the two" in " ".join(r.output.replace("│", " ").split()), r.output
 
 
 def test_plan_exits_1_when_a_request_failed_after_printing_every_plan(tmp_path, tiny_bank, small_stream):

@@ -109,7 +109,8 @@ def read_requests(file: Path) -> tuple[list, list[str]]:
 @friendly_errors
 def plan(
     bank: Path = typer.Argument(..., help="The bank."),
-    request: Optional[str] = typer.Argument(None, help="A raw request (or use --file)."),
+    request: Optional[list[str]] = typer.Argument(None, help="One or more raw requests, each one argument (or use "
+                                                  "--file)."),
     file: Optional[Path] = typer.Option(None, "--file", help="Requests to plan, '-' for stdin. JSONL ({\"id\", "
                                         "\"request\"} per line) when the first non-blank line starts with '{', "
                                         "else plain text: one request per non-blank line, its id the line number."),
@@ -141,9 +142,9 @@ def plan(
     request failed (its line says "failed": true and why: a damaged shard, a request too long for the model),
     after every line is printed; a refusal as out of scope is an answer, not a failure."""
     from skillbank.memory.bank import SkillBank
-    if (request is None) == (file is None):
-        raise typer.BadParameter("give exactly one of: a request argument, or --file")
-    ids, requests = read_requests(file) if file is not None else ([None], [request])
+    if (not request) == (file is None):
+        raise typer.BadParameter("give requests as arguments or in a file (--file), one of the two")
+    ids, requests = read_requests(file) if file is not None else ([None] * len(request), list(request))
     plans = None
     if not local:
         plans = _plan_by_service(bank, server, requests, shard=shard, max_new_tokens=max_new_tokens, explain=explain,
