@@ -52,6 +52,26 @@ def family_of(record: dict, skill_family: dict[str, str]) -> str | None:
     return fams.pop() if len(fams) == 1 else None
 
 
+def gate_figures(det) -> str:
+    """One line of a scope detector's figures on the hand-written sets, for the probes in scripts/ that vary
+    the gate: ROC AUC (development / frozen test), kept / refused at its own threshold on the development sets
+    (the short ones apart), then on the frozen test sets with the near misses apart."""
+    from sklearn.metrics import roc_auc_score
+
+    def auc(i, o):
+        i, o = np.nan_to_num(i, neginf=-1e9), np.nan_to_num(o, neginf=-1e9)
+        return roc_auc_score(np.r_[np.ones(len(i)), np.zeros(len(o))], np.r_[i, o])
+
+    thr = det.threshold_
+    score = {n: det.score([r["request"] for r in rows(n)]).max(axis=1) for n in DEV_IN + DEV_OFF + TEST_IN + TEST_OFF}
+    di, do = np.concatenate([score[n] for n in DEV_IN]), np.concatenate([score[n] for n in DEV_OFF])
+    ti, to = score[TEST_IN[0]], score[TEST_OFF[0]]
+    near = np.array([r["category"] == "near_miss" for r in rows(TEST_OFF[0])])
+    return (f"AUC dev {auc(di, do):.3f} test {auc(ti, to):.3f} | dev kept {np.mean(di >= thr):.1%} refused "
+            f"{np.mean(do < thr):.1%} (short kept {np.mean(score['paraphrase_builtin_short'] >= thr):.0%}) | TEST kept "
+            f"{np.mean(ti >= thr):.1%} refused {np.mean(to < thr):.1%} near misses {np.mean(to[near] < thr):.0%}")
+
+
 def rates(scores: np.ndarray, threshold: float) -> float:
     return float((scores >= threshold).mean()) if len(scores) else float("nan")
 

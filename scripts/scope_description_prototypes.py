@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from scope import DEV_IN, DEV_OFF, TEST_IN, TEST_OFF, rows  # noqa: E402
+from scope import DEV_IN, DEV_OFF, gate_figures, rows  # noqa: E402
 
 from skillbank.data.builtin import build_builtin_stream  # noqa: E402
 from skillbank.experiments.scope import detector_for_stream  # noqa: E402
@@ -65,13 +65,8 @@ def with_descriptions(det, stream, weight: float):
 
 def main() -> None:
     from sklearn.metrics import roc_auc_score
-    sets = {n: [r["request"] for r in rows(n)] for n in DEV_IN + DEV_OFF + TEST_IN + TEST_OFF}
-    cats = np.array([r["category"] for r in rows(TEST_OFF[0])])
-
-    def auc(i, o):
-        i, o = np.nan_to_num(i, neginf=-1e9), np.nan_to_num(o, neginf=-1e9)
-        return roc_auc_score(np.r_[np.ones(len(i)), np.zeros(len(o))], np.r_[i, o])
-
+    ins = [r["request"] for n in DEV_IN for r in rows(n)]
+    offs = [r["request"] for n in DEV_OFF for r in rows(n)]
     for k in [int(x) for x in sys.argv[1].split(",")]:
         stream = build_builtin_stream(seed=0, train_per_family=200, test_per_family=50, families=k)
         for weight in [None] + [float(w) for w in (sys.argv[2] if len(sys.argv) > 2 else "1").split(",")]:
@@ -79,18 +74,10 @@ def main() -> None:
             det = detector_for_stream(stream, reader="values")
             if weight is not None:
                 with_descriptions(det, stream, weight)
-            thr = det.threshold_
-            S = {n: det.score(q).max(axis=1) for n, q in sets.items()}
-            E = {n: det.embedding_scores(q).max(axis=1) for n, q in sets.items()}
-            di = np.concatenate([S[n] for n in DEV_IN]); do = np.concatenate([S[n] for n in DEV_OFF])
-            ei = np.concatenate([E[n] for n in DEV_IN]); eo = np.concatenate([E[n] for n in DEV_OFF])
-            ti, to = S[TEST_IN[0]], S[TEST_OFF[0]]
-            short = S["paraphrase_builtin_short"]
+            meaning = np.r_[det.embedding_scores(ins).max(axis=1), det.embedding_scores(offs).max(axis=1)]
+            alone = roc_auc_score(np.r_[np.ones(len(ins)), np.zeros(len(offs))], meaning)
             name = "gate as it is" if weight is None else f"with descriptions x{weight:g}"
-            print(f"K={k} {name}: meaning alone AUC dev {auc(ei, eo):.3f} | gate AUC dev {auc(di, do):.3f} test "
-                  f"{auc(ti, to):.3f} | dev kept {np.mean(di >= thr):.1%} refused {np.mean(do < thr):.1%} (short kept "
-                  f"{np.mean(short >= thr):.0%}) | TEST kept {np.mean(ti >= thr):.1%} refused {np.mean(to < thr):.1%} "
-                  f"near misses {np.mean(to[cats == 'near_miss'] < thr):.0%}", flush=True)
+            print(f"K={k} {name}: meaning alone AUC dev {alone:.3f} | {gate_figures(det)}", flush=True)
 
 
 if __name__ == "__main__":
