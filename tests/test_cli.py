@@ -88,6 +88,7 @@ def test_learn_plan_info_via_cli(tmp_path, tiny_model_dir, small_stream):
     r = invoke("plan", bank, "what is the capital of France?", "--max-new-tokens", 4)
     refused = json.loads(r.stdout)
     assert refused["out_of_scope"] and refused["shard"] is None and "no learned skill family" in refused["reason"]
+    assert f"words {key} never uses: " in refused["reason"] and "'capital'" in refused["reason"]  # what is missing
     r = invoke("learn", bank, "--family", key, "--data", tmp_path / "stage.jsonl")
     assert r.exit_code == 2 and "already in the bank" in r.output
     r = invoke("plan", tmp_path / "stage.jsonl", "hello")

@@ -565,7 +565,7 @@ class SkillBank:
         scores = self.scope.score(requests)
         thr = self.scope.threshold_
         verdicts = []
-        for row in scores:
+        for request, row in zip(requests, scores):
             best = int(np.argmax(row))
             score = float(row[best])
             if score >= thr:
@@ -574,10 +574,20 @@ class SkillBank:
             why = ("the request has no words the Address Memory can read" if not np.isfinite(score) else
                    f"no learned skill family covers this request: judged by {self.scope.evidence}, its best "
                    f"family ({self.scope.classes_[best]}) scores {score:.2f}, below the threshold {thr:.2f} "
-                   "drawn from the families' training requests")
+                   "drawn from the families' training requests" + self._unseen_words(request, best))
             verdicts.append(ScopeVerdict(False, score if np.isfinite(score) else None, thr,
                                          self.scope.classes_[best], why))
         return verdicts
+
+    def _unseen_words(self, request: str, family: int, most: int = 5) -> str:
+        """What a refused request asks that its closest family does not know: the words of it (values left out)
+        that the family's training requests and catalog never use, as a clause of the refusal's reason."""
+        floor = np.log(1 - self.scope.lam) + 1e-9  # a word the family never saw adds exactly log(1 - lam)
+        unseen = [w for w, v in self.scope.word_evidence(request, self.scope.classes_[family]) if v <= floor]
+        if not unseen:
+            return ""
+        return (f"; words {self.scope.classes_[family]} never uses: "
+                + ", ".join(repr(w) for w in unseen[:most]) + (" ..." if len(unseen) > most else ""))
 
     def skill_address(self, family: str):
         """Shard ``family``'s skill statistics (:mod:`skillbank.memory.skill_address`), or None where the shard
