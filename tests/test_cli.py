@@ -255,6 +255,9 @@ def test_plan_file_errors_name_file_and_line(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"id": 1, "request": "a"}\n{"id": 2, "text": "b"}\n')
     r = invoke("plan", bank, "--file", tmp_path / "bad.jsonl")
     assert r.exit_code == 2 and "bad.jsonl:2: each JSONL line needs a string 'request'" in r.output
+    (tmp_path / "bad.jsonl").write_text('{"id": 1, "request": "a"}\n{"id": 2, "request": "  "}\n')
+    r = invoke("plan", bank, "--file", tmp_path / "bad.jsonl")
+    assert r.exit_code == 2 and "bad.jsonl:2: the request is empty" in r.output
     r = runner.invoke(app, ["plan", str(bank), "--file", "-"], input='{"request": "a"}\nnot json\n')
     assert r.exit_code == 2 and "<stdin>:2: malformed JSON" in r.output
     r = runner.invoke(app, ["plan", str(bank), "--file", "-"], input="\n  \n")

@@ -101,6 +101,8 @@ def read_requests(file: Path) -> tuple[list, list[str]]:
                               "because its first line starts with '{'", where, n) from None
         if not isinstance(obj, dict) or not isinstance(obj.get("request"), str):
             raise RecordError("each JSONL line needs a string 'request'", where, n)
+        if not obj["request"].strip():
+            raise RecordError("the request is empty", where, n)
         ids.append(obj.get("id", n))
         requests.append(obj["request"])
     return ids, requests
