@@ -157,3 +157,20 @@ def test_a_router_reads_past_long_payloads_only():
     for kept in ("add reverb to song.wav", "say 'hi there' to Bob", "weather in Lyon tomorrow", ""):
         assert mask_payloads(kept, 6) == kept
     assert mask_payloads("say 'hi there' to Bob", 1) == "say xtext to Bob"
+
+
+def test_sentence_starts_are_read_as_the_anchored_pattern_read_them():
+    """The backwards reading replaced a pattern anchored at the end of the prefix (quadratic in a long request);
+    it must decide exactly as that pattern did, at every position of strings made of the characters it reads."""
+    import random
+    import re
+
+    from skillbank.memory.values import _starts_sentence
+    spec = re.compile(r"(?:^|[.!?:;\n]\s*|[\"“(\[]\s*)$")
+    rng = random.Random(0)
+    alphabet = list("ab .!?:;\n\t\"“([)x,")
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        for pos in range(len(text) + 1):
+            assert _starts_sentence(text, pos) == bool(spec.search(text[:pos])), (text, pos)
+

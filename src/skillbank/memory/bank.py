@@ -562,10 +562,11 @@ class SkillBank:
                    "`skillbank scope fit`)" if self.scope is None else
                    f"the scope statistics cover {sorted(self.scope.classes_)}, not every shard")
             return [ScopeVerdict(None, None, None, None, why) for _ in requests]
-        scores = self.scope.score(requests)
+        masked = self.scope.read(requests)  # once, for the scores and a refusal's words
+        scores = self.scope.score(masked)
         thr = self.scope.threshold_
         verdicts = []
-        for request, row in zip(requests, scores):
+        for request, row in zip(masked, scores):
             best = int(np.argmax(row))
             score = float(row[best])
             if score >= thr:
@@ -579,7 +580,7 @@ class SkillBank:
                                          self.scope.classes_[best], why))
         return verdicts
 
-    def _unseen_words(self, request: str, family: int, most: int = 5) -> str:
+    def _unseen_words(self, request, family: int, most: int = 5) -> str:
         """What a refused request asks that its closest family does not know: the words of it (values left out)
         that the family's training requests and catalog never use, as a clause of the refusal's reason."""
         floor = np.log(1 - self.scope.lam) + 1e-9  # a word the family never saw adds exactly log(1 - lam)

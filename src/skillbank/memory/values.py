@@ -89,7 +89,21 @@ _RULES: list[tuple[str, re.Pattern]] = [(k, re.compile(p, re.IGNORECASE | re.UNI
 ]]
 
 _WORD = re.compile(r"[^\W\d_][\w'’\-]*", re.UNICODE)
-_SENTENCE_START = re.compile(r"(?:^|[.!?:;\n]\s*|[\"“(\[]\s*)$")
+_SENTENCE_OPENERS = '.!?:;"“(['  # a word after one of these (and spaces) starts a sentence; so does one after a line break
+
+
+def _starts_sentence(request: str, pos: int) -> bool:
+    """Whether the word at ``pos`` opens the request, a line or a sentence. Read backwards over the spaces before
+    it: a regular expression anchored at the end of ``request[:pos]`` would scan the whole prefix for every
+    word, quadratic in a long request (a 10,000-word one took seconds per reading)."""
+    i = pos
+    while i > 0 and request[i - 1].isspace():
+        if request[i - 1] == "\n":
+            return True
+        i -= 1
+    if i == 0:
+        return pos == 0
+    return request[i - 1] in _SENTENCE_OPENERS
 # Function words that a capitalised word inside a sentence rarely is the name of.
 _NOT_NAMES = frozenset("i i'm i'll i'd i've ok okay hi hey hello please thanks thank".split())
 
@@ -175,7 +189,7 @@ def find_values(request: str, vocabulary: "ValueVocabulary | None" = None) -> li
             continue
         token = w.group()
         low = token.lower()
-        at_start = bool(_SENTENCE_START.search(request[:w.start()]))
+        at_start = _starts_sentence(request, w.start())
         is_name = (not title_case and not at_start and token[0].isupper() and not token.isupper()
                    and low not in _NOT_NAMES and not (vocabulary is not None and vocabulary.is_intent_word(low)))
         if is_name or (vocabulary is not None and vocabulary.is_value_word(low)):
