@@ -89,7 +89,7 @@ _RULES: list[tuple[str, re.Pattern]] = [(k, re.compile(p, re.IGNORECASE | re.UNI
 ]]
 
 _WORD = re.compile(r"[^\W\d_][\w'’\-]*", re.UNICODE)
-_SENTENCE_OPENERS = '.!?:;"“(['  # a word after one of these (and spaces) starts a sentence; so does one after a line break
+_SENTENCE_OPENERS = '.!?:;"“(['  # a word after one of these (and spaces), or after a line break, opens a sentence
 
 
 def _starts_sentence(request: str, pos: int) -> bool:
@@ -104,6 +104,8 @@ def _starts_sentence(request: str, pos: int) -> bool:
     if i == 0:
         return pos == 0
     return request[i - 1] in _SENTENCE_OPENERS
+
+
 # Function words that a capitalised word inside a sentence rarely is the name of.
 _NOT_NAMES = frozenset("i i'm i'll i'd i've ok okay hi hey hello please thanks thank".split())
 
