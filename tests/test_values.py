@@ -93,6 +93,7 @@ def test_word_evidence_names_the_words_that_counted():
                                                    "wake me up with an alarm at 9"], "clock")
     evidence = dict(det.word_evidence("please set an alarm at 5am", "clock"))
     assert max(evidence, key=evidence.get) == "alarm" and "5am" not in evidence
+    assert det.unseen_words("please cancel the alarm at 5am", "clock") == ["please", "cancel", "the"]
     with pytest.raises(Exception, match="no family"):
         det.word_evidence("x", "nope")
 

@@ -583,8 +583,7 @@ class SkillBank:
     def _unseen_words(self, request, family: int, most: int = 5) -> str:
         """What a refused request asks that its closest family does not know: the words of it (values left out)
         that the family's training requests and catalog never use, as a clause of the refusal's reason."""
-        floor = np.log(1 - self.scope.lam) + 1e-9  # a word the family never saw adds exactly log(1 - lam)
-        unseen = [w for w, v in self.scope.word_evidence(request, self.scope.classes_[family]) if v <= floor]
+        unseen = self.scope.unseen_words(request, self.scope.classes_[family])
         if not unseen:
             return ""
         return (f"; words {self.scope.classes_[family]} never uses: "

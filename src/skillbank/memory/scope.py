@@ -522,9 +522,9 @@ class ScopeDetector:
         requests = list(requests)
         return requests if requests and isinstance(requests[0], MaskedRequest) else self.read(requests)
 
-    def word_evidence(self, request: str | MaskedRequest, label: str) -> list[tuple[str, float]]:
-        """Each word the word statistics read in ``request`` with what it adds to family ``label``'s score
-        (highest first): what ``--explain`` shows."""
+    def _read_words(self, request: str | MaskedRequest, label: str) -> dict[str, tuple[float, float]]:
+        """Each word the word statistics read in ``request`` (values left out; in order, once) with its count in
+        family ``label``'s statistics and what it adds to that family's score."""
         if label not in self.classes_:
             raise ScopeError(f"scope detector has no family {label!r}")
         m = self._as_masked([request])[0]
@@ -535,8 +535,19 @@ class ScopeDetector:
         out = {}
         for word in self._vec.ngrams(text):
             j = self._vec.index(word)
-            out[word] = float(np.log(self.lam * fam[j] / total / float(self.background_[j]) + 1 - self.lam))
-        return sorted(out.items(), key=lambda t: -t[1])
+            out[word] = (float(fam[j]),
+                         float(np.log(self.lam * fam[j] / total / float(self.background_[j]) + 1 - self.lam)))
+        return out
+
+    def word_evidence(self, request: str | MaskedRequest, label: str) -> list[tuple[str, float]]:
+        """Each word the word statistics read in ``request`` with what it adds to family ``label``'s score
+        (highest first): what ``--explain`` shows."""
+        return sorted(((w, v) for w, (_, v) in self._read_words(request, label).items()), key=lambda t: -t[1])
+
+    def unseen_words(self, request: str | MaskedRequest, label: str) -> list[str]:
+        """The words of ``request`` (values left out, in order) that family ``label``'s training requests and
+        catalog never use: what a refusal says the family lacks."""
+        return [w for w, (n, _) in self._read_words(request, label).items() if n == 0]
 
     def embedding_scores(self, requests: Sequence[str]) -> np.ndarray:
         """Cosine similarity of each request's embedding to each family's mean, (n_requests, n_classes)."""
