@@ -2,7 +2,7 @@
 
 The bank's format of record stays the PEFT directory of each shard. The first time a plan needs a shard on a
 machine, this engine writes the base GGUF with the shard's update merged into its weights
-(:func:`skillbank.model.llamacpp.merge_lora`; ~3 s, ~110 MB for the embedded base) under
+(:func:`skillbank.model.llamacpp.merge_lora`; ~4 s, ~145 MB for the embedded base, every matrix Q8_0) under
 ``<cache root>/llamacpp/merged/<key>.gguf``, and plans with it as its own llama.cpp model: a merged model decodes
 at about the bare base's speed, where llama.cpp's runtime LoRA adds two products per adapted weight and token
 (16-24% of a decode step here: ``scripts/llamacpp_lora_overhead.py``). The key hashes the shard's recorded adapter file digests, the base digest and the
@@ -53,7 +53,7 @@ from skillbank.model.serialization import decode_output
 
 ENGINES = ("auto", "llama.cpp", "torch")
 log = logging.getLogger("skillbank")
-MERGED_RESIDENT = 6  # merged models kept loaded (~300 MB each: ~110 MB of weights, an 8,192-token KV cache)
+MERGED_RESIDENT = 6  # merged models kept loaded (~350 MB each: ~145 MB of weights, an 8,192-token KV cache)
 CONTEXT_TOKENS = 8192  # the embedded base's training context: 16 batched rows of a few hundred tokens each
 
 
@@ -206,9 +206,9 @@ class LlamaCppExecution:
     # -- lanes: several shards' groups decoded side by side ----------------------------------------------
     def lanes(self, groups: int) -> int:
         """How many shard groups decode side by side: one per thread, at most one per group. llama.cpp spreads a
-        forward pass of this small model over two threads poorly at a few rows (two one-thread decoders side by
-        side fed 160 / 195 / 223 tokens/s at 1 / 4 / 8 rows against 111 / 164 / 192 for one two-thread decoder,
-        ``bench/llamacpp_batches.py``), so the groups of a mixed batch run one per core. One decoder with runtime adapters
+        forward pass of this small model over two threads poorly (two one-thread decoders side by side fed 174 /
+        192 / 261 / 291 tokens/s at 1 / 4 / 8 / 16 rows against 115 / 171 / 215 / 245 for one two-thread decoder,
+        Q8_0 merged models, ``bench/llamacpp_batches.py``), so the groups of a mixed batch run one per core. One decoder with runtime adapters
         (``merge=False``) is one lane. ``$SKILLBANK_LANES`` caps the count (1: one group after another)."""
         if not self.merge or groups < 2:
             return 1

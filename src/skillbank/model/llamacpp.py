@@ -15,8 +15,10 @@ What this module does:
   permuted the way the GGUF stores them (rotary halves interleaved; checked against the GGUF's own tensors in
   tests). PEFT's scaling (``lora_alpha / r``, rsLoRA, per-module patterns) is folded into B, and the file says
   alpha 0, which llama.cpp reads as "scale 1".
-- :func:`merge_lora` writes the base GGUF again with the same update merged into each adapted weight (Q8_0),
-  a whole model per shard that decodes at the bare base's speed (what the engine plans with by default).
+- :func:`merge_lora` writes the base GGUF again with the same update merged into each adapted weight and
+  every quantized matrix stored as Q8_0, a whole model per shard that decodes at least at the bare base's
+  speed (what the engine plans with by default): llama.cpp multiplies batches by Q8_0 weights with tiled
+  kernels, by the shipped Q4_1 ones row by row.
 - :class:`LlamaCppDecoder` holds the model, one context and the loaded adapters, and decodes greedily - one
   request (reusing the KV cache of the head its prompt shares with the previous one) or a shard's requests
   together (rows advancing in one forward pass, their common head shared) -, each step's logits masked by
@@ -46,7 +48,9 @@ import numpy as np
 
 from skillbank.errors import ModelError
 
-CONVERTER_VERSION = 1  # part of every converted adapter's cache key: a change here rebuilds them all
+# Part of every converted adapter's cache key: a change here rebuilds them all. 2: merged models store every
+# quantized matrix as Q8_0, not only the adapted ones.
+CONVERTER_VERSION = 2
 # PEFT module name -> llama.cpp tensor name (llama architecture)
 MODULES = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
            "gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down"}
@@ -208,19 +212,33 @@ def merge_lora(shard_dir: str | os.PathLike, base_gguf: str | os.PathLike, out: 
     """Write the base GGUF with the shard's update merged into each adapted weight, as a whole model at ``out``
     (atomically). llama.cpp applies a LoRA adapter as two extra products per adapted weight and token (16-24% of a
     decode step of the embedded base at rank 64 on four attention projections); a merged model costs about
-    what the bare base does (``scripts/llamacpp_lora_overhead.py``). The merged weights are stored as Q8_0 (every other tensor is the base's own bytes), rounding
-    ~15x finer than Q4_1's; llama.cpp then also rounds the activations the update multiplies to 8 bits, which
+    what the bare base does (``scripts/llamacpp_lora_overhead.py``). The merged weights are stored as Q8_0, rounding
+    ~15x finer than Q4_1's, and so are the base's other quantized matrices (:func:`_reencoded`: llama.cpp's
+    batched kernels for Q8_0 run about twice as fast as for Q4_1 here); llama.cpp then also rounds the activations the update multiplies to 8 bits, which
     the runtime adapter does not, so an oversized update lands farther from the reference path (the dequantized
     base plus the exact update) than the adapter route does - trained shards plan as the reference does
     (``bench/engine_parity.py``; ``tests/test_llamacpp.py`` bounds both). A base tensor type gguf-py cannot
     dequantize is :class:`UnsupportedAdapter` (the reference engine serves the shard). ``weights="f16"`` stores
     the merged weights in float16 instead (larger, slower; what the tests check the merge's arithmetic with)."""
-    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, Keys
-    from gguf.quants import dequantize, quantize
-
     if weights not in ("q8_0", "f16"):
         raise ModelError(f"merged weights are stored as 'q8_0' or 'f16', not {weights!r}")
     updates = _lora_updates(Path(shard_dir), shape)
+    return _rewrite(base_gguf, out, shape.arch, updates, weights, note=str(shard_dir))
+
+
+def reencode_base(base_gguf: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """The base GGUF with no update, its quantized matrices re-encoded as a merged model's are (Q8_0): what
+    ``bench/latency.py`` runs llama.cpp on beside the shipped file, to tell the encoding's speed from the rest."""
+    shape, _ = read_shape(base_gguf)
+    return _rewrite(base_gguf, out, shape.arch, {}, "q8_0", note="")
+
+
+def _rewrite(base_gguf, out, arch: str, updates: dict, weights: str, note: str) -> Path:
+    """Write ``base_gguf`` again at ``out`` (atomically): each tensor in ``updates`` with its B·A added, every
+    other quantized matrix re-encoded as Q8_0 (:func:`_reencoded`), the rest as they are."""
+    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, Keys
+    from gguf.quants import dequantize, quantize
+
     reader = GGUFReader(str(base_gguf))
 
     def fill(writer) -> None:
@@ -230,27 +248,49 @@ def merge_lora(shard_dir: str | os.PathLike, base_gguf: str | os.PathLike, out: 
             kind = field.types[0]
             writer.add_key_value(field.name, field.contents(), kind,
                                  sub_type=field.types[-1] if kind == GGUFValueType.ARRAY else None)
-        writer.add_string("skillbank.merged_lora", str(shard_dir))
+        if note:
+            writer.add_string("skillbank.merged_lora", note)
         for tensor in reader.tensors:
-            if tensor.name not in updates:
+            update = updates.pop(tensor.name, None)
+            if update is None and not _reencoded(tensor, weights):
                 writer.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
                 continue
-            a, b = updates.pop(tensor.name)
             try:
                 weight = dequantize(tensor.data, tensor.tensor_type)
             except NotImplementedError as exc:
+                if update is None:  # a matrix the update does not touch keeps its bytes, only slower kernels
+                    writer.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
+                    continue
                 raise UnsupportedAdapter(f"{base_gguf}: {tensor.name} is {tensor.tensor_type.name}, which gguf-py "
                                          f"cannot dequantize ({exc})") from None
-            weight = (weight + b @ a).astype(np.float32)
+            if update is not None:
+                a, b = update
+                weight = (weight + b @ a).astype(np.float32)
             if weights == "f16" or weight.shape[-1] % 32:
                 writer.add_tensor(tensor.name, weight.astype(np.float16))
             else:
                 writer.add_tensor(tensor.name, quantize(weight, GGMLQuantizationType.Q8_0),
                                   raw_dtype=GGMLQuantizationType.Q8_0)
         if updates:
-            raise UnsupportedAdapter(f"{shard_dir}: the base has no tensor {sorted(updates)[0]}")
+            raise UnsupportedAdapter(f"{note}: the base has no tensor {sorted(updates)[0]}")
 
-    return _write_gguf(Path(out), shape.arch, fill)
+    return _write_gguf(Path(out), arch, fill)
+
+
+def _reencoded(tensor, weights: str) -> bool:
+    """Whether a tensor the update does not touch is written again as Q8_0: a quantized matrix of another type
+    (the embedded base's Q4_1). llama.cpp multiplies a batch of rows by Q8_0 weights with tiled kernels and by
+    Q4_1 ones row by row: on this 2-core CPU a 480-token prefill runs at ~580 tokens/s on the base re-encoded as
+    Q8_0 against ~300 on the shipped Q4_1 file, and one-row decoding at 86-102 against 72-75 tokens/s
+    (``bench/latency.py``'s reference rows). Q8_0 holds each Q4_1 value to within 1/18 of its block's Q4_1 step
+    (measured over the embedded base: 0.054 at most, 0.031 on average). Float
+    tensors (norms, a float base) and Q8_0 ones keep their bytes; ``weights="f16"`` (the tests' exact-arithmetic
+    form) re-encodes nothing."""
+    from gguf import GGMLQuantizationType as Q
+
+    if weights == "f16" or len(tensor.shape) < 2 or tensor.shape[0] % 32:
+        return False
+    return tensor.tensor_type not in (Q.F32, Q.F16, Q.BF16, Q.F64, Q.Q8_0)
 
 
 def read_shape(gguf_path: str | os.PathLike) -> tuple[BaseShape, int]:
@@ -308,9 +348,9 @@ def _library():
 
 
 # Drafts checked in a forward pass. A pass over a few tokens costs less than as many passes over one
-# (bench/llamacpp_batches.py, one decoder, two threads: 7.9 ms for 1 token, 13.7 for 2, 24.1 for 4; 16 rows of one
-# token 72 ms), so drafts fill a pass up to DRAFT_FED tokens and stop where the rows alone fill it (a rejected
-# draft then costs compute).
+# (bench/llamacpp_batches.py, one decoder, two threads, Q8_0 merged model: 8.7 ms for 1 token, 19.3 for 2, 23.1
+# for 4, 32.2 for 8; 16 rows of one token 65 ms), so drafts fill a pass up to DRAFT_FED tokens and stop where the
+# rows alone fill it (a rejected draft then costs compute; 40 or 64 measured no faster: docs/decoding.md).
 DRAFT_FED = 24
 DRAFT_MAX = 8  # draft tokens per row and pass
 
@@ -670,4 +710,4 @@ def _common_head(prompts: Sequence[list[int]], min_tokens: int = 8) -> int:
 
 
 __all__ = ["BaseShape", "LlamaCppDecoder", "Step", "UnsupportedAdapter", "adapter_key", "adapter_problems",
-           "available", "convert_lora", "merge_lora", "read_shape"]
+           "available", "convert_lora", "merge_lora", "read_shape", "reencode_base"]

@@ -77,7 +77,7 @@ class Planned:
         return self.decision.out_of_scope
 
 
-SERVED_MERGED = 8  # merged models the llama.cpp engine keeps loaded while serving (~300 MB each): more shards
+SERVED_MERGED = 8  # merged models the llama.cpp engine keeps loaded while serving (~350 MB each): more shards
 # are hot at once than in one `skillbank plan`, and reloading one costs ~0.3 s
 
 
