@@ -70,6 +70,8 @@ def main() -> None:
     ap.add_argument("--skip", default="", help="Comma-separated parts to skip: cold,batch,hf,llama.")
     ap.add_argument("--engines", default=None, help="Comma-separated plan engines to time in process "
                     "(llama.cpp, torch); default: both where llama.cpp is installed, else torch.")
+    ap.add_argument("--batch-rounds", type=int, default=3, help="Rounds of each batch size and mode (and of "
+                    "llama.cpp's batched references); the median is reported.")
     ap.add_argument("--paired-rounds", type=int, default=3, help="Rounds of the batch-1 comparison that alternates "
                     "our plans and llama.cpp request by request.")
     ap.add_argument("--json", type=Path, help="Also write every figure to this file.")
@@ -273,21 +275,30 @@ def warm(args, requests: list[str], skip: set, engine: str) -> dict:
         # One untimed pass first: each shard's merged model loaded and its prefix grammars compiled, as in a
         # planner that has been serving for a while (a cold batch paid up to 20% more in one run here).
         bank.plan(batches[max(sizes)], batch_size=max(sizes), max_new_tokens=cap, scope=False, copy_values=False)
+        # Each size and mode timed in --batch-rounds rounds, the modes alternating, and the median reported: on
+        # this shared host one batch's figure moves 10-15% from one run to the next.
         for size, reqs in batches.items():
-            for constrain in (True, False):
-                mode = "grammar" if constrain else "free"
-                t0, c0 = time.perf_counter(), time.process_time()
-                plans = bank.plan(reqs, batch_size=size, max_new_tokens=cap, scope=False, constrain=constrain,
-                                  copy_values=False)
-                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-                n = sum(p.n_tokens for p in plans)
+            runs: dict[str, list[tuple[float, float, int]]] = {"grammar": [], "free": []}
+            for _ in range(args.batch_rounds):
+                for constrain in (True, False):
+                    mode = "grammar" if constrain else "free"
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    plans = bank.plan(reqs, batch_size=size, max_new_tokens=cap, scope=False, constrain=constrain,
+                                      copy_values=False)
+                    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+                    n = sum(p.n_tokens for p in plans)
+                    runs[mode].append((wall, cpu, n))
+                    if constrain:
+                        for r, p in zip(reqs, plans):
+                            counts.setdefault(r, p.n_tokens)
+            for mode, timed in runs.items():
+                wall, cpu, n = sorted(timed, key=lambda x: x[2] / x[0])[len(timed) // 2]  # the median round
                 out[f"batch{size}_{mode}"] = {"requests": len(reqs), "seconds": round(wall, 2), "tokens": n,
-                                              "tokens_per_s": round(n / wall, 1), "tokens_per_cpu_s": round(n / cpu, 1)}
+                                              "tokens_per_s": round(n / wall, 1), "tokens_per_cpu_s": round(n / cpu, 1),
+                                              "rounds_tokens_per_s": [round(x[2] / x[0], 1) for x in timed]}
                 say(f"batch {size}, {mode:7s}: {len(reqs)} requests, {n} tokens in {wall:.2f} s, "
-                    f"{n / wall:.1f} tokens/s ({n / cpu:.1f} per CPU second)")
-                if constrain:
-                    for r, p in zip(reqs, plans):
-                        counts.setdefault(r, p.n_tokens)
+                    f"{n / wall:.1f} tokens/s ({n / cpu:.1f} per CPU second; median of rounds at "
+                    f"{', '.join(f'{x[2] / x[0]:.1f}' for x in timed)})")
 
     out["token_counts"] = [counts[r] for r in dict.fromkeys(batch1)]
     shard = bank.route(requests[:1])[0][0]
@@ -307,13 +318,17 @@ def warm(args, requests: list[str], skip: set, engine: str) -> dict:
             run = llama_runner(bank, threads)
             if run is not None:
                 out["llama_cpp"] = llama_reference(run, prompts, threads)
-                out["llama_cpp"].update(llama_batched_reference(rows, threads))
+                out["llama_cpp"].update(llama_batched_reference(rows, threads, rounds=args.batch_rounds))
                 out["batch1_paired"] = paired(bank, batch1, prompts, run, cap, args.paired_rounds)
-                out["llama_cpp_q8_0"] = q8_0_reference(prompts, rows, threads)
+                size = max(rows) if rows else None
+                if size:
+                    out[f"batch{size}_paired"] = paired_batched(bank, batches[size], rows[size], size, threads, cap,
+                                                                args.paired_rounds)
+                out["llama_cpp_q8_0"] = q8_0_reference(prompts, rows, threads, args.batch_rounds)
     return out
 
 
-def q8_0_reference(prompts: list[tuple[list[int], int]], rows: dict, threads: int) -> dict:
+def q8_0_reference(prompts: list[tuple[list[int], int]], rows: dict, threads: int, rounds: int) -> dict:
     """llama.cpp on the base with its Q4_1 matrices re-encoded as Q8_0, the encoding the engine's merged models
     use (:func:`skillbank.model.llamacpp.reencode_base`): the same rows again, to tell what the encoding's
     kernels buy from what the engine's loop does. The issue's ratios stay against the shipped file."""
@@ -325,7 +340,7 @@ def q8_0_reference(prompts: list[tuple[list[int], int]], rows: dict, threads: in
         label = "llama.cpp, base re-encoded as Q8_0"
         run = llama_runner(None, threads, path)
         out = llama_reference(run, prompts, threads, label)
-        out.update(llama_batched_reference(rows, threads, path, label))
+        out.update(llama_batched_reference(rows, threads, path, label, rounds))
         del run
     return out
 
@@ -445,14 +460,14 @@ def llama_reference(run, prompts: list[tuple[list[int], int]], threads: int, lab
 
 
 def llama_batched_reference(batches: dict, threads: int, gguf: Path | None = None,
-                            label: str = "llama.cpp") -> dict:
+                            label: str = "llama.cpp", rounds: int = 1) -> dict:
     """llama.cpp decoding many sequences per forward pass (what ``llama-batched-bench`` times), on the bank's
     own batches: each size's rows (prompt ids, the token count our plan wrote), ``size`` sequences advancing
     together in one ``llama_decode`` per step, a finished row's sequence given to the next prompt, the prompts'
     common head prefilled once - the multi-sequence loop of the llama.cpp engine
     (:class:`skillbank.model.llamacpp.LlamaCppDecoder`), here on the bare base GGUF, with no grammar, no
     adapter and no stop token: every row writes exactly its count. Greedy picks are numpy argmaxes (~1 ms a
-    step for 16 rows); prefill of each row's own tokens is included, as in our batches."""
+    step for 16 rows); prefill of each row's own tokens is included, as in our batches. The median of ``rounds``."""
     if not batches:
         return {}
     from skillbank.model.base import embedded_gguf_path
@@ -463,19 +478,58 @@ def llama_batched_reference(batches: dict, threads: int, gguf: Path | None = Non
     try:
         decoder.decode_many([list(range(100, 140))] * 2, None, 4, set())  # warm-up
         for size, rows in batches.items():
-            t0, c0 = time.perf_counter(), time.process_time()
-            steps = decoder.decode_many([ids for ids, _ in rows], None, [n for _, n in rows], set(), width=size)
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            tokens = sum(len(s.tokens) for s in steps)
-            if tokens != sum(n for _, n in rows):
-                raise SystemExit(f"llama.cpp batched reference wrote {tokens} tokens, not {sum(n for _, n in rows)}")
+            timed = []
+            for _ in range(rounds):
+                t0, c0 = time.perf_counter(), time.process_time()
+                steps = decoder.decode_many([ids for ids, _ in rows], None, [n for _, n in rows], set(), width=size)
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+                tokens = sum(len(s.tokens) for s in steps)
+                if tokens != sum(n for _, n in rows):
+                    raise SystemExit(f"llama.cpp batched reference wrote {tokens} tokens, not "
+                                     f"{sum(n for _, n in rows)}")
+                timed.append((wall, cpu, tokens))
+            wall, cpu, tokens = sorted(timed, key=lambda x: x[2] / x[0])[len(timed) // 2]
             out[f"batch{size}_tokens_per_s"] = round(tokens / wall, 1)
             out[f"batch{size}_tokens_per_cpu_s"] = round(tokens / cpu, 1)
+            out[f"batch{size}_rounds_tokens_per_s"] = [round(x[2] / x[0], 1) for x in timed]
     finally:
         decoder.close()
     say(f"{label}, many sequences per forward pass (the same rows and token counts as our batches): " + ", ".join(
         f"batch {size} {out[f'batch{size}_tokens_per_s']:.1f} tokens/s ({out[f'batch{size}_tokens_per_cpu_s']:.1f} "
         f"per CPU s)" for size in batches))
+    return out
+
+
+def paired_batched(bank, requests: list[str], rows: list[tuple[list[int], int]], size: int, threads: int,
+                   cap: int, rounds: int) -> dict:
+    """Our batch of ``size`` and llama.cpp's batched decoding of the same rows on the shipped GGUF, alternated
+    round by round (a host whose speed drifts slows both alike): the ratio of tokens/s per round and its median.
+    This machine's speed moved by up to a third within one run of this bench; the ratio moves far less."""
+    from skillbank.model.embedded import embedded_gguf_path
+    from skillbank.model.llamacpp import LlamaCppDecoder
+
+    decoder = LlamaCppDecoder(embedded_gguf_path(), threads=threads, width=size)
+    ratios_, ours_tps, theirs_tps = [], [], []
+    try:
+        decoder.decode_many([list(range(100, 140))] * 2, None, 4, set())  # warm-up
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            plans = bank.plan(requests, batch_size=size, max_new_tokens=cap, scope=False, copy_values=False)
+            ours = sum(p.n_tokens for p in plans) / (time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            steps = decoder.decode_many([ids for ids, _ in rows], None, [n for _, n in rows], set(), width=size)
+            theirs = sum(len(x.tokens) for x in steps) / (time.perf_counter() - t0)
+            ratios_.append(ours / theirs)
+            ours_tps.append(ours)
+            theirs_tps.append(theirs)
+    finally:
+        decoder.close()
+    out = {"rounds": rounds, "ratio_median": round(statistics.median(ratios_), 3),
+           "ratios": [round(x, 3) for x in ratios_], "ours_tokens_per_s": [round(x, 1) for x in ours_tps],
+           "llama_cpp_tokens_per_s": [round(x, 1) for x in theirs_tps]}
+    say(f"batch {size} paired with llama.cpp's batched decoding ({rounds} rounds, alternating): ours "
+        f"{', '.join(f'{x:.1f}' for x in ours_tps)} tokens/s, llama.cpp {', '.join(f'{x:.1f}' for x in theirs_tps)}; "
+        f"ratio per round {', '.join(f'{x:.2f}' for x in ratios_)} (median {out['ratio_median']:.2f})")
     return out
 
 
@@ -534,7 +588,10 @@ def ratios(report: dict) -> list[str]:
         elif llama and b1:
             lines.append(f"  batch-1 plan time / llama.cpp's (same prompts, same token counts; grammar and LoRA "
                          f"on ours only): {llama / b1:.2f}x  [<= 1.0x]")
-        if llama_b16 and b16:
+        if r.get("batch16_paired"):
+            lines.append(f"  batch-16 tokens/s / llama.cpp batch-16, alternated round by round (same rows and counts, "
+                         f"many sequences per forward pass): {r['batch16_paired']['ratio_median']:.2f}x  [>= 1.5x]")
+        elif llama_b16 and b16:
             lines.append(f"  batch-16 tokens/s / llama.cpp batch-16 (same rows and counts, many sequences per "
                          f"forward pass): {b16 / llama_b16:.2f}x  [>= 1.5x]")
         if llama and b16:
