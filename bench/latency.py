@@ -7,8 +7,9 @@ One run reports, for hand-written requests (tests/fixtures/paraphrase_builtin*.j
 - in this process, for each plan engine (llama.cpp on the embedded GGUF, and the torch reference; ``--engines``):
   ``SkillBank.open``, the first plan (model and shard load, grammar library, first compile), then
   batch-1 plan latency p50/p90 and tokens/s, and the aggregate tokens/s of batches of 8 and 16 (three
-  batches' worth of requests each, so finished rows are refilled as in a busy planner), each with the grammar
-  on and off; an out-of-scope request's latency (tests/fixtures/offdomain.jsonl);
+  batches' worth of requests each, so finished rows are refilled as in a busy planner; after one untimed pass,
+  the median of ``--batch-rounds``), each with the grammar on and off; an out-of-scope request's latency
+  (tests/fixtures/offdomain.jsonl);
 - the references, on the same weights (the base with the shard merged in), the same prompts and the same
   token counts: transformers' ``generate`` (greedy, ``min_new_tokens = max_new_tokens``) in float32 and
   bfloat16, its batches once with rows of uniform length (its best case) and once with the requests' own
@@ -17,7 +18,8 @@ One run reports, for hand-written requests (tests/fixtures/paraphrase_builtin*.j
   forward pass (what ``llama-batched-bench`` measures) - on the shipped Q4_1 file (the targets' reference) and
   again on the base re-encoded as Q8_0, the encoding the engine's merged models use (its batched kernels are
   about twice as fast here), so a reader sees what the encoding buys and what the engine's own loop does;
-- the ratios the speed targets are stated in.
+- the ratios the speed targets are stated in; batch 1 and batch 16 against llama.cpp are also timed alternated
+  with llama.cpp (request by request, round by round), so that a host whose speed drifts slows both alike.
 
 Every throughput is also given per CPU second of this process: on a machine shared with other jobs the wall
 time of a multi-threaded torch process swings several-fold (its threads wait for each other), the CPU time

@@ -208,8 +208,8 @@ class LlamaCppExecution:
         """How many shard groups decode side by side: one per thread, at most one per group. llama.cpp spreads a
         forward pass of this small model over two threads poorly (two one-thread decoders side by side fed 174 /
         192 / 261 / 291 tokens/s at 1 / 4 / 8 / 16 rows against 115 / 171 / 215 / 245 for one two-thread decoder,
-        Q8_0 merged models, ``bench/llamacpp_batches.py``), so the groups of a mixed batch run one per core. One decoder with runtime adapters
-        (``merge=False``) is one lane. ``$SKILLBANK_LANES`` caps the count (1: one group after another)."""
+        Q8_0 merged models, ``bench/llamacpp_batches.py``), so the groups of a mixed batch run one per core. One
+        decoder with runtime adapters (``merge=False``) is one lane. ``$SKILLBANK_LANES`` caps the count (1: one group after another)."""
         if not self.merge or groups < 2:
             return 1
         cap = os.environ.get("SKILLBANK_LANES", "").strip()

@@ -212,11 +212,12 @@ def merge_lora(shard_dir: str | os.PathLike, base_gguf: str | os.PathLike, out: 
     """Write the base GGUF with the shard's update merged into each adapted weight, as a whole model at ``out``
     (atomically). llama.cpp applies a LoRA adapter as two extra products per adapted weight and token (16-24% of a
     decode step of the embedded base at rank 64 on four attention projections); a merged model costs about
-    what the bare base does (``scripts/llamacpp_lora_overhead.py``). The merged weights are stored as Q8_0, rounding
-    ~15x finer than Q4_1's, and so are the base's other quantized matrices (:func:`_reencoded`: llama.cpp's
-    batched kernels for Q8_0 run about twice as fast as for Q4_1 here); llama.cpp then also rounds the activations the update multiplies to 8 bits, which
-    the runtime adapter does not, so an oversized update lands farther from the reference path (the dequantized
-    base plus the exact update) than the adapter route does - trained shards plan as the reference does
+    what the bare base does (``scripts/llamacpp_lora_overhead.py``). The merged weights are stored as Q8_0,
+    rounding ~15x finer than Q4_1's, and so are the base's other quantized matrices (:func:`_reencoded`:
+    llama.cpp's batched kernels for Q8_0 run about twice as fast as for Q4_1 here); llama.cpp then also rounds
+    the activations the update multiplies to 8 bits, which the runtime adapter does not, so an oversized update
+    lands farther from the reference path (the dequantized base plus the exact update) than the adapter route
+    does - trained shards plan as the reference does
     (``bench/engine_parity.py``; ``tests/test_llamacpp.py`` bounds both). A base tensor type gguf-py cannot
     dequantize is :class:`UnsupportedAdapter` (the reference engine serves the shard). ``weights="f16"`` stores
     the merged weights in float16 instead (larger, slower; what the tests check the merge's arithmetic with)."""
@@ -283,9 +284,8 @@ def _reencoded(tensor, weights: str) -> bool:
     Q4_1 ones row by row: on this 2-core CPU a 480-token prefill runs at ~580 tokens/s on the base re-encoded as
     Q8_0 against ~300 on the shipped Q4_1 file, and one-row decoding at 86-102 against 72-75 tokens/s
     (``bench/latency.py``'s reference rows). Q8_0 holds each Q4_1 value to within 1/18 of its block's Q4_1 step
-    (measured over the embedded base: 0.054 at most, 0.031 on average). Float
-    tensors (norms, a float base) and Q8_0 ones keep their bytes; ``weights="f16"`` (the tests' exact-arithmetic
-    form) re-encodes nothing."""
+    (measured over the embedded base: 0.054 at most, 0.031 on average). Float tensors (norms, a float base) and
+    Q8_0 ones keep their bytes; ``weights="f16"`` (the tests' exact-arithmetic form) re-encodes nothing."""
     from gguf import GGMLQuantizationType as Q
 
     if weights == "f16" or len(tensor.shape) < 2 or tensor.shape[0] % 32:
