@@ -596,27 +596,22 @@ def ratios(report: dict) -> list[str]:
         elif llama_b16 and b16:
             lines.append(f"  batch-16 tokens/s / llama.cpp batch-16 (same rows and counts, many sequences per "
                          f"forward pass): {b16 / llama_b16:.2f}x  [>= 1.5x]")
-        if llama and b16:
-            lines.append(f"  batch-16 tokens/s / llama.cpp batch-1: {b16 / llama:.2f}x")
         q8_b1, q8_b16 = ref("llama_cpp_q8_0", "batch1_tokens_per_s"), ref("llama_cpp_q8_0", "batch16_tokens_per_s")
-        if q8_b1 and b1:
-            lines.append(f"  batch-1 plan time / llama.cpp's on the base re-encoded as Q8_0 (our merged models' "
-                         f"encoding; tokens/s ratio): {q8_b1 / b1:.2f}x")
-        if q8_b16 and b16:
-            lines.append(f"  batch-16 tokens/s / llama.cpp's batched on the base re-encoded as Q8_0: "
-                         f"{b16 / q8_b16:.2f}x")
-        if hf and b16:
-            lines.append(f"  batch-16 tokens/s / transformers generate batch-16, rows of uniform length (best "
-                         f"dtype): {b16 / hf:.2f}x  [>= 1.0x]")
-        if hf_same and b16:
-            lines.append(f"  batch-16 tokens/s / transformers generate batch-16, the same token counts (best "
-                         f"dtype): {b16 / hf_same:.2f}x  [>= 1.0x]")
-        if b16 and b16f:
-            lines.append(f"  constrained / free, batch 16: {b16 / b16f:.2f}x  [>= 0.95x]")
-        if b1 and tps("batch1_free"):
-            lines.append(f"  constrained / free, batch 1: {b1 / tps('batch1_free'):.2f}x  [>= 0.95x]")
-        if tps("batch1_copy") and tps("batch1_free"):
-            lines.append(f"  constrained with copied values / free, batch 1: {tps('batch1_copy') / tps('batch1_free'):.2f}x")
+        b1f, b1c = tps("batch1_free"), tps("batch1_copy")
+        for label, num, den, target in (  # (what, numerator, denominator, target) of each plain ratio
+                ("batch-16 tokens/s / llama.cpp batch-1", b16, llama, ""),
+                ("batch-1 plan time / llama.cpp's on the base re-encoded as Q8_0 (our merged models' encoding; "
+                 "tokens/s ratio)", q8_b1, b1, ""),
+                ("batch-16 tokens/s / llama.cpp's batched on the base re-encoded as Q8_0", b16, q8_b16, ""),
+                ("batch-16 tokens/s / transformers generate batch-16, rows of uniform length (best dtype)", b16, hf,
+                 ">= 1.0x"),
+                ("batch-16 tokens/s / transformers generate batch-16, the same token counts (best dtype)", b16,
+                 hf_same, ">= 1.0x"),
+                ("constrained / free, batch 16", b16, b16f, ">= 0.95x"),
+                ("constrained / free, batch 1", b1, b1f, ">= 0.95x"),
+                ("constrained with copied values / free, batch 1", b1c, b1f, "")):
+            if num and den:
+                lines.append(f"  {label}: {num / den:.2f}x" + (f"  [{target}]" if target else ""))
         if r.get("out_of_scope_p50_s") is not None:
             lines.append(f"  out-of-scope plan, warm: {r['out_of_scope_p50_s']:.3f} s  [<= 1 s]")
     if report.get("cold"):
