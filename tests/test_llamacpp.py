@@ -330,6 +330,10 @@ def test_a_bank_on_the_embedded_base_plans_with_llama_cpp(real_base, small_strea
     [out] = runtime.generate([request], [key], max_new_tokens=12, constrain=True)
     assert out.shard == key and out.n_tokens > 0 and not runtime.merged
     assert any(p.stem == runtime.loaded[key] for p in runtime.adapter_cache().glob("*.gguf"))
+    from gguf import GGUFReader  # the runtime route's base: the shipped file re-encoded in Q8_0, cached
+    from skillbank.model.llamacpp import CONVERTER_VERSION
+    base_file = runtime.base_cache() / f"{runtime.base_digest[:32]}-v{CONVERTER_VERSION}.gguf"
+    assert {t.name: t.tensor_type.name for t in GGUFReader(str(base_file)).tensors}["blk.0.ffn_up.weight"] == "Q8_0"
 
 
 @pytest.mark.real_model

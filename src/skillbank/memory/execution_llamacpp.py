@@ -10,7 +10,8 @@ converter version - so a relearned shard, another base or a newer converter neve
 partial file never exists under that name (written aside, then renamed). A cached file llama.cpp cannot load is
 made again once. The cache keeps the most recently used merged models within a disk budget
 (``$SKILLBANK_MERGED_CACHE_MB``, default 2048; the oldest are deleted and made again when needed), and at most
-``MERGED_RESIDENT`` of them stay loaded (``merged_resident``: the service keeps more). ``merge=False`` takes the runtime-LoRA route instead: one base model,
+``MERGED_RESIDENT`` of them stay loaded (``merged_resident``: the service keeps more). ``merge=False`` takes the runtime-LoRA route instead: one base model
+(the shipped file re-encoded in Q8_0 once, ``<cache root>/llamacpp/base/``),
 each shard's adapter converted to llama.cpp's LoRA GGUF (:func:`~skillbank.model.llamacpp.convert_lora`, ~15 MB,
 ``<cache root>/llamacpp/lora/<key>.gguf``) and switched per request.
 
@@ -46,8 +47,8 @@ from skillbank.memory.execution import (ShardOutput, copies_values, grammars_kep
 from skillbank.memory.shard_files import shard_file_problems
 from skillbank.model.embedded import EMBEDDED, embedded_gguf_path, embedded_identity, embedded_tokenizer_dir
 from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS, GenerationStats
-from skillbank.model.llamacpp import DRAFT_FED, LlamaCppDecoder, UnsupportedAdapter, adapter_key, available, \
-    convert_lora, merge_lora, read_shape
+from skillbank.model.llamacpp import CONVERTER_VERSION, DRAFT_FED, LlamaCppDecoder, UnsupportedAdapter, adapter_key, \
+    available, convert_lora, merge_lora, read_shape, reencode_base
 from skillbank.model.prompts import prompt_ids, stop_token_ids
 from skillbank.model.serialization import decode_output
 
@@ -146,10 +147,20 @@ class LlamaCppExecution:
     def merged_cache() -> Path:
         return cache_root() / "llamacpp" / "merged"
 
+    @staticmethod
+    def base_cache() -> Path:
+        return cache_root() / "llamacpp" / "base"
+
     @property
     def base(self) -> LlamaCppDecoder:
+        """The model the runtime-adapter route (``merge=False``) applies each shard's adapter to: the shipped GGUF
+        re-encoded as merged models are (every matrix Q8_0, which llama.cpp batches with tiled kernels), made once
+        per machine and base under :meth:`base_cache`, keyed by the base's digest and the converter version."""
         if self._base is None:
-            self._base = LlamaCppDecoder(self.gguf, threads=self.threads, n_ctx=CONTEXT_TOKENS, width=16)
+            path = self.base_cache() / f"{self.base_digest[:32]}-v{CONVERTER_VERSION}.gguf"
+            self._base = self._cached(path, lambda p: reencode_base(self.gguf, p),
+                                      lambda p: LlamaCppDecoder(p, threads=self.threads, n_ctx=CONTEXT_TOKENS,
+                                                                width=16))
         return self._base
 
     def _ensure(self, name: str, entry) -> tuple[LlamaCppDecoder, str | None] | None:
@@ -209,7 +220,8 @@ class LlamaCppExecution:
         forward pass of this small model over two threads poorly (two one-thread decoders side by side fed 174 /
         192 / 261 / 291 tokens/s at 1 / 4 / 8 / 16 rows against 115 / 171 / 215 / 245 for one two-thread decoder,
         Q8_0 merged models, ``bench/llamacpp_batches.py``), so the groups of a mixed batch run one per core. One
-        decoder with runtime adapters (``merge=False``) is one lane. ``$SKILLBANK_LANES`` caps the count (1: one group after another)."""
+        decoder with runtime adapters (``merge=False``) is one lane. ``$SKILLBANK_LANES`` caps the count (1: one
+        group after another)."""
         if not self.merge or groups < 2:
             return 1
         cap = os.environ.get("SKILLBANK_LANES", "").strip()
