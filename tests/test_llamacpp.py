@@ -100,8 +100,10 @@ def test_a_merged_model_gives_the_reference_logits(real_base, random_shard, tmp_
     shape, _ = engine.read_shape(embedded_gguf_path())
     path = merge_lora(random_shard, embedded_gguf_path(), tmp_path / "merged.gguf", shape)
     merged = engine.LlamaCppDecoder(path, threads=1, n_ctx=512)
+    hits = engine._read_gguf.cache_info().hits
     f16 = engine.LlamaCppDecoder(merge_lora(random_shard, embedded_gguf_path(), tmp_path / "f16.gguf", shape,
                                             weights="f16"), threads=1, n_ctx=512)
+    assert engine._read_gguf.cache_info().hits == hits + 1  # the base's metadata parsed once per process (~2 s)
     runtime = engine.LlamaCppDecoder(embedded_gguf_path(), threads=1, n_ctx=512)
     runtime.load_adapter("rand", convert_lora(random_shard, tmp_path / "rand.gguf", shape))
     runtime._use("rand")

@@ -35,6 +35,7 @@ float32 dequantized weights, so logits differ in the last digits and a near-tie 
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import json
 import os
@@ -237,10 +238,11 @@ def reencode_base(base_gguf: str | os.PathLike, out: str | os.PathLike) -> Path:
 def _rewrite(base_gguf, out, arch: str, updates: dict, weights: str, note: str) -> Path:
     """Write ``base_gguf`` again at ``out`` (atomically): each tensor in ``updates`` with its B·A added, every
     other quantized matrix re-encoded as Q8_0 (:func:`_reencoded`), the rest as they are."""
-    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, Keys
+    from gguf import GGMLQuantizationType, GGUFValueType, Keys
     from gguf.quants import dequantize, quantize
 
-    reader = GGUFReader(str(base_gguf))
+    stat = os.stat(base_gguf)
+    reader = _read_gguf(str(base_gguf), stat.st_mtime_ns, stat.st_size)
 
     def fill(writer) -> None:
         for field in reader.fields.values():
@@ -276,6 +278,16 @@ def _rewrite(base_gguf, out, arch: str, updates: dict, weights: str, note: str) 
             raise UnsupportedAdapter(f"{note}: the base has no tensor {sorted(updates)[0]}")
 
     return _write_gguf(Path(out), arch, fill)
+
+
+@functools.lru_cache(maxsize=1)
+def _read_gguf(path: str, mtime_ns: int, size: int):
+    """gguf-py's reader of the base, kept for the process (keyed by the file's path, time and size): parsing its
+    metadata - the tokenizer's ~100,000 strings, one array view each - takes ~2 s of a ~4 s merge here, and a
+    process that merges several shards (a service, a batch over new shards) reads the same base each time."""
+    from gguf import GGUFReader
+
+    return GGUFReader(path)
 
 
 def _reencoded(tensor, weights: str) -> bool:
