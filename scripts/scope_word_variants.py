@@ -34,24 +34,11 @@ SETTING = {"power": 0.0, "gamma": 1.0}
 
 
 def family_scores(self, X, c, leave_out=None, seen_any=None):
-    """A copy of ScopeDetector._family_scores with the two variants applied (the copy is the probe's point: the
-    package keeps no knob for them). At plan time (``seen_any``: words any family uses) a word counts when some
-    family uses it, as the gate's fast path has it."""
-    bg = self.background_.astype(float)
-    fam = self.counts_[c].toarray().ravel()
-    total = fam.sum()
+    """ScopeDetector._family_scores with the two variants applied to its per-word terms (the package keeps no knob
+    for them). At plan time (``seen_any``: words any family uses) a word counts when some family uses it, as the
+    gate's fast path has it."""
     out = np.full(X.shape[0], -np.inf)
-    for i in range(X.shape[0]):
-        idx, cnt = X.indices[X.indptr[i]:X.indptr[i + 1]], X.data[X.indptr[i]:X.indptr[i + 1]]
-        if not len(idx):
-            continue
-        gone = leave_out[i].toarray().ravel()[idx] if leave_out is not None else 0
-        own, tot = fam[idx] - gone, total - (leave_out[i].sum() if leave_out is not None else 0)
-        p_fam = np.maximum(own, 0) / tot if tot > 0 else np.zeros_like(own)
-        word = np.log(self.lam * p_fam / bg[idx] + (1 - self.lam))
-        if self.reader == "values":
-            known = (own > 0) if seen_any is None else seen_any[idx]
-            word = np.where(known | (bg[idx] >= scope_mod.COMMON_WORD), word, 0.0)
+    for i, cnt, word in self._word_terms(X, c, leave_out, known=seen_any):
         word = np.where(word < 0, SETTING["gamma"] * word, word)
         out[i] = float(cnt @ word) / max(float(cnt.sum()), 1.0) ** SETTING["power"]
     return out

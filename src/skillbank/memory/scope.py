@@ -473,10 +473,21 @@ class ScopeDetector:
     def _family_scores(self, X: sp.csr_matrix, c: int, leave_out: sp.csr_matrix | None = None) -> np.ndarray:
         """Word scores of the rows of ``X`` against family ``c``; with ``leave_out``, row i scored against the
         family's counts without row i of ``leave_out`` (the request it was made from)."""
+        out = np.full(X.shape[0], -np.inf)  # a request with no words is explained by nothing
+        for i, cnt, word in self._word_terms(X, c, leave_out):
+            out[i] = float(cnt @ word)
+        return out
+
+    def _word_terms(self, X: sp.csr_matrix, c: int, leave_out: sp.csr_matrix | None = None,
+                    known: np.ndarray | None = None):
+        """For each row of ``X`` with words: (row, the words' counts, what each word adds to family ``c``'s score),
+        ``leave_out`` as in :meth:`_family_scores`. Under the value reader a word neither common English nor
+        seen costs nothing; "seen" is by family ``c`` itself (a training score reads its own family only, so
+        forgetting stays exact) unless ``known`` marks the words counted as seen (at plan time, words any family
+        uses: what :meth:`word_scores`' sparse path counts)."""
         bg = self.background_.astype(float)
         fam = self.counts_[c].toarray().ravel()
         total = fam.sum()
-        out = np.full(X.shape[0], -np.inf)  # a request with no words is explained by nothing
         for i in range(X.shape[0]):
             idx, cnt = X.indices[X.indptr[i]:X.indptr[i + 1]], X.data[X.indptr[i]:X.indptr[i + 1]]
             if not len(idx):
@@ -486,10 +497,9 @@ class ScopeDetector:
             p_fam = np.maximum(own, 0) / tot if tot > 0 else np.zeros_like(own)
             word = np.log(self.lam * p_fam / bg[idx] + (1 - self.lam))
             if self.reader == "values":
-                # at plan time "seen" is by any family; a training score may read its own family only (exact forget)
-                word = np.where((own > 0) | (bg[idx] >= COMMON_WORD), word, 0.0)
-            out[i] = float(cnt @ word)
-        return out
+                seen = (own > 0) if known is None else known[idx]
+                word = np.where(seen | (bg[idx] >= COMMON_WORD), word, 0.0)
+            yield i, cnt, word
 
     def word_scores(self, requests: Sequence[str] | Sequence[MaskedRequest]) -> np.ndarray:
         """The word statistics' log-likelihood ratio per request and family, (n_requests, n_classes)."""
