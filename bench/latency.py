@@ -294,7 +294,7 @@ def warm(args, requests: list[str], skip: set, engine: str) -> dict:
                         for r, p in zip(reqs, plans):
                             counts.setdefault(r, p.n_tokens)
             for mode, timed in runs.items():
-                wall, cpu, n = sorted(timed, key=lambda x: x[2] / x[0])[len(timed) // 2]  # the median round
+                wall, cpu, n = _median_round(timed)
                 out[f"batch{size}_{mode}"] = {"requests": len(reqs), "seconds": round(wall, 2), "tokens": n,
                                               "tokens_per_s": round(n / wall, 1), "tokens_per_cpu_s": round(n / cpu, 1),
                                               "rounds_tokens_per_s": [round(x[2] / x[0], 1) for x in timed]}
@@ -472,25 +472,12 @@ def llama_batched_reference(batches: dict, threads: int, gguf: Path | None = Non
     step for 16 rows); prefill of each row's own tokens is included, as in our batches. The median of ``rounds``."""
     if not batches:
         return {}
-    from skillbank.model.base import embedded_gguf_path
-    from skillbank.model.llamacpp import LlamaCppDecoder
-
     out: dict = {}
-    decoder = LlamaCppDecoder(gguf or embedded_gguf_path(), threads=threads, width=max(batches))
+    decoder = _rows_decoder(gguf, threads, max(batches))
     try:
-        decoder.decode_many([list(range(100, 140))] * 2, None, 4, set())  # warm-up
         for size, rows in batches.items():
-            timed = []
-            for _ in range(rounds):
-                t0, c0 = time.perf_counter(), time.process_time()
-                steps = decoder.decode_many([ids for ids, _ in rows], None, [n for _, n in rows], set(), width=size)
-                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-                tokens = sum(len(s.tokens) for s in steps)
-                if tokens != sum(n for _, n in rows):
-                    raise SystemExit(f"llama.cpp batched reference wrote {tokens} tokens, not "
-                                     f"{sum(n for _, n in rows)}")
-                timed.append((wall, cpu, tokens))
-            wall, cpu, tokens = sorted(timed, key=lambda x: x[2] / x[0])[len(timed) // 2]
+            timed = [_decode_rows(decoder, rows, size) for _ in range(rounds)]
+            wall, cpu, tokens = _median_round(timed)
             out[f"batch{size}_tokens_per_s"] = round(tokens / wall, 1)
             out[f"batch{size}_tokens_per_cpu_s"] = round(tokens / cpu, 1)
             out[f"batch{size}_rounds_tokens_per_s"] = [round(x[2] / x[0], 1) for x in timed]
@@ -502,25 +489,47 @@ def llama_batched_reference(batches: dict, threads: int, gguf: Path | None = Non
     return out
 
 
+def _rows_decoder(gguf: Path | None, threads: int, width: int):
+    """A llama.cpp decoder of ``width`` sequences on ``gguf`` (default: the shipped base), warmed up."""
+    from skillbank.model.embedded import embedded_gguf_path
+    from skillbank.model.llamacpp import LlamaCppDecoder
+
+    decoder = LlamaCppDecoder(gguf or embedded_gguf_path(), threads=threads, width=width)
+    decoder.decode_many([list(range(100, 140))] * 2, None, 4, set())  # warm-up
+    return decoder
+
+
+def _decode_rows(decoder, rows: list[tuple[list[int], int]], size: int) -> tuple[float, float, int]:
+    """One timed batched decoding of ``rows`` (prompt ids, token count), ``size`` sequences a pass, no grammar
+    and no stop token, so every row writes exactly its count: (wall s, CPU s, tokens)."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    steps = decoder.decode_many([ids for ids, _ in rows], None, [n for _, n in rows], set(), width=size)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    tokens = sum(len(s.tokens) for s in steps)
+    if tokens != sum(n for _, n in rows):
+        raise SystemExit(f"llama.cpp batched reference wrote {tokens} tokens, not {sum(n for _, n in rows)}")
+    return wall, cpu, tokens
+
+
+def _median_round(timed: list[tuple[float, float, int]]) -> tuple[float, float, int]:
+    """The round of median tokens/s among (wall s, CPU s, tokens) rounds."""
+    return sorted(timed, key=lambda x: x[2] / x[0])[len(timed) // 2]
+
+
 def paired_batched(bank, requests: list[str], rows: list[tuple[list[int], int]], size: int, threads: int,
                    cap: int, rounds: int) -> dict:
     """Our batch of ``size`` and llama.cpp's batched decoding of the same rows on the shipped GGUF, alternated
     round by round (a host whose speed drifts slows both alike): the ratio of tokens/s per round and its median.
     This machine's speed moved by up to a third within one run of this bench; the ratio moves far less."""
-    from skillbank.model.embedded import embedded_gguf_path
-    from skillbank.model.llamacpp import LlamaCppDecoder
-
-    decoder = LlamaCppDecoder(embedded_gguf_path(), threads=threads, width=size)
+    decoder = _rows_decoder(None, threads, size)
     ratios_, ours_tps, theirs_tps = [], [], []
     try:
-        decoder.decode_many([list(range(100, 140))] * 2, None, 4, set())  # warm-up
         for _ in range(rounds):
             t0 = time.perf_counter()
             plans = bank.plan(requests, batch_size=size, max_new_tokens=cap, scope=False, copy_values=False)
             ours = sum(p.n_tokens for p in plans) / (time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            steps = decoder.decode_many([ids for ids, _ in rows], None, [n for _, n in rows], set(), width=size)
-            theirs = sum(len(x.tokens) for x in steps) / (time.perf_counter() - t0)
+            wall, _, tokens = _decode_rows(decoder, rows, size)
+            theirs = tokens / wall
             ratios_.append(ours / theirs)
             ours_tps.append(ours)
             theirs_tps.append(theirs)
