@@ -188,7 +188,8 @@ def test_the_light_tokenizer_is_transformers_tokenizer(real_base):
 @pytest.mark.real_model
 def test_a_batch_decodes_every_prompt_as_alone(real_base):
     """decode_many with 2 rows for 5 prompts (the common head shared): one row stops early, so the next prompt
-    joins while the other row is still decoding - and every prompt gets the tokens it gets decoded alone.
+    joins while the other row is still decoding - and every prompt gets the tokens it gets decoded alone, also
+    when the tails of rows joining together are packed into passes too short for one.
     (A joining row's prefill overwrote the live rows' logits once: 2 of 5 matched.)"""
     from skillbank.model.embedded import embedded_gguf_path
     from skillbank.model.llamacpp import LlamaCppDecoder
@@ -203,6 +204,10 @@ def test_a_batch_decodes_every_prompt_as_alone(real_base):
     many = decoder.decode_many(prompts, None, 16, stops, width=2)
     assert [s.tokens for s in many] == [s.tokens for s in alone]
     assert [s.stopped for s in many] == [s.stopped for s in alone]
+    # Rows joining together are prefilled in shared passes: with passes of 7 tokens, tails span two or three
+    # passes and a pass holds the end of one tail and the start of the next.
+    packed = LlamaCppDecoder(embedded_gguf_path(), threads=1, n_ctx=1024, n_batch=7, width=4)
+    assert [s.tokens for s in packed.decode_many(prompts, None, 16, stops, width=4)] == [s.tokens for s in alone]
 
 
 @pytest.mark.real_model

@@ -510,6 +510,19 @@ class LlamaCppDecoder:
             self._run([(t, start + lo + k, seq, last and k == len(chunk) - 1) for k, t in enumerate(chunk)])
         return self._logits(-1).copy()
 
+    def _prefill_rows(self, rows: Sequence[tuple[_Row, list[int], int]]) -> None:
+        """Run each row's ``tokens`` at positions ``start``... of its sequence, the rows packed into passes of up to
+        ``n_batch`` tokens (a row's tail may span two); each row's logits are a copy of its last token's."""
+        entries = [(t, start + k, row.seq, k == len(tokens) - 1) for row, tokens, start in rows
+                   for k, t in enumerate(tokens)]
+        owners = iter(row for row, _, _ in rows)
+        for lo in range(0, len(entries), self.n_batch):
+            chunk = entries[lo:lo + self.n_batch]
+            self._run(chunk)
+            for k, (_, _, _, last) in enumerate(chunk):
+                if last:
+                    next(owners).logits = self._logits(k).copy()
+
     def _pick(self, row: _Row, bitmask: np.ndarray | None, cap: int, stops: set[int]) -> Step | None:
         """Choose ``row``'s next token (greedy; among what its grammar allows); its Step once it has ended."""
         logits = row.logits
@@ -604,8 +617,9 @@ class LlamaCppDecoder:
                     on_done: Callable[[int, Step], None] | None = None, on_step: Callable[[int], None] | None = None,
                     head_hint: list[int] | None = None) -> list[Step]:
         """Greedy-decode every prompt with ``adapter``: ``width`` rows advance together, one forward pass per
-        step; a finished row's sequence is freed and the next prompt takes it (its tail prefilled on its own:
-        prefill is compute-bound, batching it buys nothing). The prompts' common head is prefilled once in a
+        step; a finished row's sequence is freed and the next prompt takes it. The tails of the rows that join at
+        the same moment are prefilled together, in passes of up to ``n_batch`` tokens (llama.cpp's tiled Q8_0
+        kernels compute a long pass at about half the cost per token of a 20-token one). The prompts' common head is prefilled once in a
         sequence of its own and shared by every row (copied cache cells, no recomputation). A row joins only
         while the context has room for its prompt and ``cap`` new tokens beside the rows decoding.
 
@@ -659,13 +673,14 @@ class LlamaCppDecoder:
                         queue.insert(0, len(prompts) - 1)  # after those already waiting
                 if not (queue or live):
                     break
+                joining: list[tuple[_Row, int]] = []  # rows taking a free sequence now, and where their tails start
                 while queue and free:
                     i = queue[-1]
                     start = own(i)
                     need = len(prompts[i]) - start + caps[i]
-                    if live and held + need > self.n_ctx:
+                    if (live or joining) and held + need > self.n_ctx:
                         break  # waits for a row to end and give its cells back
-                    if not live and head and held + need > self.n_ctx:
+                    if head and held + need > self.n_ctx:
                         self.L.llama_memory_seq_rm(self.memory, shared, -1, -1)  # no room for the head as well
                         head, head_tokens, held, start = 0, [], 0, 0
                         need = len(prompts[i]) + caps[i]
@@ -673,9 +688,13 @@ class LlamaCppDecoder:
                     seq = free.pop()
                     if start:
                         self.L.llama_memory_seq_cp(self.memory, shared, seq, -1, -1)
-                    row = _Row(i, seq, len(prompts[i]), matchers[i], self._prefill(prompts[i][start:], start, seq))
+                    row = _Row(i, seq, len(prompts[i]), matchers[i], None)
                     row.need, row.cap = need, caps[i]
                     held += need
+                    joining.append((row, start))
+                if joining:
+                    self._prefill_rows([(row, prompts[row.index][start:], start) for row, start in joining])
+                for row, _ in joining:
                     step = self._pick(row, bitmask, row.cap, stops)
                     if step is None:
                         live.append(row)
