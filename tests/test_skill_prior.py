@@ -112,7 +112,7 @@ def test_a_family_with_one_skill_has_no_statistics(small_stream):
 
 
 def test_learn_writes_skill_statistics_beside_the_shard_and_the_bank_checks_them(tmp_path, tiny_model_dir,
-                                                                                   small_stream):
+                                                                                   small_stream, monkeypatch):
     from serve_helpers import build_bank
 
     from skillbank.memory.bank import SkillBank
@@ -132,6 +132,17 @@ def test_learn_writes_skill_statistics_beside_the_shard_and_the_bank_checks_them
     assert with_prior.constrained and without.constrained
     shown = bank.plan([request], shard=k1, max_new_tokens=8, explain=True)[0].to_dict()["explain"]["top_skills"]
     assert len(shown) == min(3, len(used)) and {s["skill"] for s in shown} <= used
+
+    # the router, the skill statistics and the explanation embed a text once per call, not once each
+    from skillbank.memory.selectors.embedding import SentenceEncoder
+    embedded: list[str] = []
+    encode = SentenceEncoder._encode
+    monkeypatch.setattr(SentenceEncoder, "_encode", lambda self, texts: embedded.extend(texts) or encode(self, texts))
+    bank.plan([request], max_new_tokens=8, explain=True)
+    assert embedded and len(embedded) == len(set(embedded))
+    embedded.clear()
+    bank.plan([request], max_new_tokens=8)  # nothing kept from the call before
+    assert embedded and len(embedded) == len(set(embedded))
 
     # exported and imported, the statistics travel with the shard
     out = bank.export_family(k1, tmp_path / "k1.export")

@@ -266,6 +266,17 @@ class Planner:
         ``scope=False`` every request is generated, and one no family covers is still flagged ``out_of_scope``.
         skill_prior: the weight of each shard's skill statistics in its choice of skill names (None: the
         default; 0: off)."""
+        from skillbank.memory.selectors.embedding import encoder_memo
+
+        # The router and the skill statistics embed the same request text: once per call (nothing is kept
+        # after it; a deployed router holds no request).
+        with encoder_memo():
+            return self._plan(requests, shard=shard, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                              constrain=constrain, copy_values=copy_values, scope=scope, explain=explain,
+                              skill_prior=skill_prior)
+
+    def _plan(self, requests, *, shard, batch_size, max_new_tokens, constrain, copy_values, scope, explain,
+              skill_prior) -> list[Plan]:
         requests = self.check(requests)
         decisions = self.decide(requests, shard=shard)
         run = [i for i, d in enumerate(decisions) if not (scope and d.out_of_scope)]

@@ -203,6 +203,28 @@ class Service:
             return self.config.max_new_tokens
         return Planner(snap.bank).default_max_new_tokens()
 
+    def _decide(self, snap: Snapshot, planner: Planner, requests: list[str], shard: str | None, with_priors: bool
+                ) -> tuple[list, dict[int, object], dict[str, str]]:
+        """Route and scope-check ``requests`` and, ``with_priors``, weigh each planned one's skills by its shard's
+        skill statistics: (decisions, priors by request index, failures by shard whose priors could not be
+        read). One thread, one encoder memo: nothing of a request is kept after the call."""
+        from skillbank.memory.selectors.embedding import encoder_memo
+
+        priors: dict[int, object] = {}
+        broken: dict[str, str] = {}
+        with encoder_memo():
+            decisions = planner.decide(requests, shard=shard, scope=self.config.scope)
+            wanted = [i for i, d in enumerate(decisions) if not d.out_of_scope] if with_priors else []
+            for name in dict.fromkeys(decisions[i].shard for i in wanted):
+                mine = [i for i in wanted if decisions[i].shard == name]
+                try:
+                    got = snap.bank.skill_priors([requests[i] for i in mine], [name] * len(mine))
+                except SkillbankError as exc:
+                    broken[name] = shard_failure(name, exc, snap.bank.root)
+                    continue
+                priors.update(zip(mine, got))
+        return decisions, priors, broken
+
     # -- the one planning path of /v1/plan and /v1/chat/completions --------------------------------
     async def plan(self, requests: list[str], *, shard: str | None, max_new_tokens: int | None,
                    http: Request | None, param: str = "request", grammar=None) -> list[Planned]:
@@ -241,15 +263,17 @@ class Service:
         if shard is not None and shard not in snap.shard_names:
             raise ServiceError(404, f"unknown shard {shard!r}; this bank has {snap.shard_names}", param="shard")
         planner = Planner(snap.bank)
-        # The scope check (and the embedding router, when the bank has one) runs a sentence encoder,
-        # milliseconds per request: off the event loop, so that other connections are served meanwhile.
-        decisions = await asyncio.to_thread(planner.decide, requests, shard=shard, scope=cfg.scope)
+        # The scope check, the embedding router and the shards' skill priors run a sentence encoder, milliseconds
+        # per request: off the event loop, so that other connections are served meanwhile; in one thread, so
+        # that the router's embedding of a request serves its skill prior too (an upstream server takes the
+        # grammar only, so it decodes without priors).
+        with_priors = grammar is None and cfg.constrain and self.mode != "upstream"
+        decisions, priors, broken = await asyncio.to_thread(self._decide, snap, planner, requests, shard, with_priors)
         self.metrics.route_seconds.observe(decisions[0].route_s)
         planned = [Planned(d, planner) for d in decisions]
 
         # Upstream mode: a shard's files are hashed on its first routed request, off the event loop (a local
         # bank checks them as it loads the shard).
-        broken: dict[str, str] = {}
         if self.mode == "upstream":
             for name in dict.fromkeys(q.shard for q in planned if not q.out_of_scope):
                 if name not in snap.verified:
@@ -257,21 +281,6 @@ class Service:
                         await asyncio.to_thread(snap.verify, name)
                     except SkillbankError as exc:
                         broken[name] = shard_failure(name, exc, snap.bank.root)
-
-        # The shards' skill priors (an encoder pass per shard's requests, off the event loop); an upstream
-        # server takes the grammar only, so it decodes without them.
-        priors: dict[int, object] = {}
-        wanted = [i for i, q in enumerate(planned) if not q.out_of_scope and q.shard not in broken]
-        if grammar is None and cfg.constrain and self.mode != "upstream" and wanted:
-            for name in dict.fromkeys(planned[i].shard for i in wanted):
-                mine = [i for i in wanted if planned[i].shard == name]
-                try:
-                    got = await asyncio.to_thread(snap.bank.skill_priors, [planned[i].request for i in mine],
-                                                  [name] * len(mine))
-                except SkillbankError as exc:
-                    broken[name] = shard_failure(name, exc, snap.bank.root)
-                    continue
-                priors.update(zip(mine, got))
 
         cap = self.default_max_new_tokens(snap)
         mnt = min(max_new_tokens, cap) if max_new_tokens else cap
