@@ -176,14 +176,29 @@ def cold_start(bank: Path, request: str, threads: int | None) -> dict:
             if item.name != "llamacpp":
                 (Path(tmp) / item.name).symlink_to(item)
         first, first_s = timed(["plan", str(bank), request], {**env, "SKILLBANK_CACHE": tmp})
+    # A shard just learned on a machine that has planned before: its base re-encoded already, its merged model
+    # not yet made (patched into that base).
+    new_shard_s = None
+    base_dir = cache_root() / "llamacpp" / "base"
+    if base_dir.is_dir():
+        with tempfile.TemporaryDirectory(prefix="latency-cache-") as tmp:
+            for item in cache_root().iterdir():
+                if item.name != "llamacpp":
+                    (Path(tmp) / item.name).symlink_to(item)
+            (Path(tmp) / "llamacpp").mkdir()
+            (Path(tmp) / "llamacpp" / "base").symlink_to(base_dir)
+            fresh, seconds = timed(["plan", str(bank), request], {**env, "SKILLBANK_CACHE": tmp})
+            new_shard_s = round(seconds, 2) if fresh.returncode == 0 else None
     out = {"python_s": round(bare_s, 2), "import_s": round(python_s - bare_s, 2), "cli_plan_s": round(plan_s, 2),
            "cli_plan_runs_s": [round(x, 2) for x in plan_runs], "cli_out_of_scope_runs_s": [round(x, 2) for x in off_runs],
            "cli_out_of_scope_s": round(off_s, 2) if off.returncode == 0 else None,
-           "cli_plan_first_use_s": round(first_s, 2) if first.returncode == 0 else None}
+           "cli_plan_first_use_s": round(first_s, 2) if first.returncode == 0 else None,
+           "cli_plan_new_shard_s": new_shard_s}
     say(f"cold: python {bare_s:.2f} s, import cli+bank +{python_s - bare_s:.2f} s; "
         f"`skillbank plan BANK \"...\"` {plan_s:.2f} s wall (median of {[round(x, 2) for x in plan_runs]}); out-of-scope request {off_s:.2f} s "
         f"({[round(x, 2) for x in off_runs]}); the shard's first "
-        f"plan on this machine (its llama.cpp form made) {first_s:.2f} s")
+        f"plan on this machine (its llama.cpp form made) {first_s:.2f} s"
+        + (f"; a new shard's first plan (the base converted before) {new_shard_s:.2f} s" if new_shard_s else ""))
     return out
 
 
@@ -627,6 +642,9 @@ def ratios(report: dict) -> list[str]:
         lines.append(f" cold `skillbank plan` (default engine): {report['cold']['cli_plan_s']:.2f} s  [<= 3 s]")
         if report["cold"].get("cli_out_of_scope_s") is not None:
             lines.append(f" cold out-of-scope `skillbank plan`: {report['cold']['cli_out_of_scope_s']:.2f} s  [<= 1 s]")
+        if report["cold"].get("cli_plan_new_shard_s") is not None:
+            lines.append(f" cold `skillbank plan` of a shard not planned on this machine before: "
+                         f"{report['cold']['cli_plan_new_shard_s']:.2f} s")
     return lines
 
 

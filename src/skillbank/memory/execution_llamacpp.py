@@ -48,7 +48,7 @@ from skillbank.memory.shard_files import shard_file_problems
 from skillbank.model.embedded import EMBEDDED, embedded_gguf_path, embedded_identity, embedded_tokenizer_dir
 from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS, GenerationStats
 from skillbank.model.llamacpp import CONVERTER_VERSION, DRAFT_FED, LlamaCppDecoder, UnsupportedAdapter, adapter_key, \
-    available, convert_lora, merge_lora, read_shape, reencode_base
+    available, convert_lora, gguf_spans, merge_lora, read_shape, reencode_base
 from skillbank.model.prompts import prompt_ids, stop_token_ids
 from skillbank.model.serialization import decode_output
 
@@ -157,11 +157,29 @@ class LlamaCppExecution:
         re-encoded as merged models are (every matrix Q8_0, which llama.cpp batches with tiled kernels), made once
         per machine and base under :meth:`base_cache`, keyed by the base's digest and the converter version."""
         if self._base is None:
-            path = self.base_cache() / f"{self.base_digest[:32]}-v{CONVERTER_VERSION}.gguf"
-            self._base = self._cached(path, lambda p: reencode_base(self.gguf, p),
+            self._base = self._cached(self.base_file(), lambda p: reencode_base(self.gguf, p),
                                       lambda p: LlamaCppDecoder(p, threads=self.threads, n_ctx=CONTEXT_TOKENS,
                                                                 width=16))
         return self._base
+
+    def base_file(self, make: bool = False) -> Path:
+        """Where the re-encoded base lies (:attr:`base`); with ``make``, made first where it is missing or is not
+        a whole GGUF. A shard's merged model is this file with its adapted tensors patched in (``merge_lora``'s
+        ``reencoded``): ~0.5 s a new shard instead of ~4."""
+        path = self.base_cache() / f"{self.base_digest[:32]}-v{CONVERTER_VERSION}.gguf"
+        if make:
+            for attempt in (0, 1):
+                if attempt or not path.is_file():
+                    reencode_base(self.gguf, path)
+                    self.conversions += 1
+                try:
+                    gguf_spans(path)
+                    break
+                except ModelError:
+                    if attempt:
+                        raise
+            os.utime(path)
+        return path
 
     def _ensure(self, name: str, entry) -> tuple[LlamaCppDecoder, str | None] | None:
         """The decoder that plans shard ``name`` and the adapter to apply (None: merged into its weights), making
@@ -185,7 +203,8 @@ class LlamaCppExecution:
         try:
             if self.merge:
                 path = self.merged_cache() / f"{key}.gguf"
-                decoder = self._cached(path, lambda p: merge_lora(directory, self.gguf, p, self.shape),
+                decoder = self._cached(path, lambda p: merge_lora(directory, self.gguf, p, self.shape,
+                                                                  reencoded=self.base_file(make=True)),
                                        lambda p: LlamaCppDecoder(p, threads=self.threads, n_ctx=CONTEXT_TOKENS,
                                                                  width=16))
                 self.merged[name] = decoder
