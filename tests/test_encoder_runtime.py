@@ -73,3 +73,22 @@ def test_int8_form_is_cached_apart_embeds_close_and_reports_its_own_digest(cache
     assert rt.cached(minilm_dir(), "int8") is None
     with pytest.raises(SelectorError, match="ONNX Runtime only"):
         SentenceEncoder("minilm-int8", backend="torch")
+
+
+def test_the_optimized_graph_is_saved_once_and_gives_the_same_embeddings(cache):
+    """A session optimizes the graph (~0.1 s of a cold start); the first saves the result beside the model and
+    later ones load it with optimization off - the same vectors to the bit. A damaged saved graph is made again."""
+    import onnxruntime as ort
+
+    first = SentenceEncoder("minilm")
+    folder = rt.cached(minilm_dir())
+    saved = folder / f"model.opt-{ort.__version__}.onnx"
+    assert first._onnx.graph == "optimized" and saved.is_file() and not list(folder.glob(".model.opt-*"))  # no temporary file left behind
+    want = first.encode(TEXTS)
+    again = SentenceEncoder("minilm")
+    assert again._onnx.graph == "saved"
+    np.testing.assert_array_equal(again.encode(TEXTS), want)
+    saved.write_bytes(saved.read_bytes()[:1000])  # cut short
+    remade = SentenceEncoder("minilm")
+    assert remade._onnx.graph == "optimized" and saved.stat().st_size > 1000
+    np.testing.assert_array_equal(remade.encode(TEXTS), want)
