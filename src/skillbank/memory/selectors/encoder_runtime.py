@@ -174,6 +174,7 @@ def _session(ort, model: Path, options):
     try:
         options.optimized_model_filepath = tmp
         session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+        os.chmod(tmp, 0o644)  # as readable as the model beside it (mkstemp makes it private)
         os.replace(tmp, saved)
     finally:
         if os.path.exists(tmp):
