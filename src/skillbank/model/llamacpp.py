@@ -368,12 +368,17 @@ def _spans(path: str, mtime_ns: int, size: int) -> dict[str, _Span]:
             table.append((name, dims, kind, offset))
     except struct.error:
         raise ModelError(f"{path} ends inside its GGUF header (a partial file?)") from None
+    except UnicodeDecodeError:
+        raise ModelError(f"{path}: a tensor name in its GGUF header is not UTF-8 (a damaged file?)") from None
     finally:
         data.close()
     start = -(-pos // alignment) * alignment
     spans = {}
     for name, dims, kind, offset in table:
-        block, type_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+        try:
+            block, type_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+        except (ValueError, KeyError):
+            raise ModelError(f"{path}: tensor {name} has a type gguf-py does not know ({kind})") from None
         nbytes = int(np.prod(dims, dtype=np.int64)) // block * type_bytes
         spans[name] = _Span(start + offset, nbytes, kind, dims)
         if start + offset + nbytes > size:
