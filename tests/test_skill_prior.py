@@ -134,7 +134,12 @@ def test_learn_writes_skill_statistics_beside_the_shard_and_the_bank_checks_them
     assert len(shown) == min(3, len(used)) and {s["skill"] for s in shown} <= used
 
     # the router, the skill statistics and the explanation embed a text once per call, not once each
+    from skillbank.memory.selectors import embedding
     from skillbank.memory.selectors.embedding import SentenceEncoder
+    # a study run in this process (``memoize_encoders``) may have left the process-wide memo on: off here
+    monkeypatch.setattr(embedding, "_MEMO", False)
+    for loaded in embedding._ENCODERS.values():
+        monkeypatch.setattr(loaded, "memo", None)
     embedded: list[str] = []
     encode = SentenceEncoder._encode
     monkeypatch.setattr(SentenceEncoder, "_encode", lambda self, texts: embedded.extend(texts) or encode(self, texts))
