@@ -54,6 +54,7 @@ def route_scale(
     from skillbank.data.records import read_records
     from skillbank.data.stream import Stream
     from skillbank.experiments import route_scale as study
+    from skillbank.memory.selectors.embedding import encoder_memo
     from skillbank.report.route_scale import render_markdown
     text_selectors(extra)  # refuses a kind that is not text-only before any stream is read
     hand = {p.stem: read_records(p).records for p in records}
@@ -62,7 +63,8 @@ def route_scale(
         stream = Stream.load(path)
         selectors = text_selectors(extra)
         final_only = ["offline TF-IDF+LR"] if len(stream.family_keys) > reference_up_to else []
-        with err.status(f"routing {stream.name}...") as status:
+        # every prefix re-routes the same held-out requests: embed each once (in this block only)
+        with encoder_memo(), err.status(f"routing {stream.name}...") as status:
             results.append(study.route_scale(stream, stream.order(order) if order else stream.family_keys, selectors,
                                        records=hand, final_only=final_only, progress=status.update))
     study.write(results, out_dir)
@@ -83,16 +85,14 @@ def text_selectors(extra=(), *, reference: bool = True, n_features=2**18, alpha=
             raise SelectorError(f"--selector {kind!r}: routing evaluations take text-only kinds {list(TEXT_KINDS)}; "
                                 "model-based selectors need a bank: use `skillbank exp selectors`")
         selectors.setdefault(kind, functools.partial(make_selector, kind))
-    if extra:
-        from skillbank.memory.selectors.embedding import memoize_encoders
-        memoize_encoders()  # every prefix re-routes the same held-out requests: embed each once
     return selectors
 
 
 def run_route_eval(stream, orders, n_features=2**18, alpha=0.01, prior="uniform", extra=()):
     from skillbank.experiments.routing import route_eval
     selectors = text_selectors(extra, n_features=n_features, alpha=alpha, prior=prior)
-    with err.status("routing...") as status:
+    from skillbank.memory.selectors.embedding import encoder_memo
+    with encoder_memo(), err.status("routing...") as status:  # each held-out request embedded once
         return [route_eval(stream, o, selectors, progress=status.update) for o in orders]
 
 

@@ -19,6 +19,7 @@ scope check is not applied here: every request is routed and answered.
 """
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections import defaultdict
@@ -145,6 +146,18 @@ def _mean(values) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def _embedding_each_text_once(study):
+    """Run ``study`` inside one :func:`~skillbank.memory.selectors.embedding.encoder_memo` block: every prefix
+    re-routes the same requests, so each is embedded once; nothing is kept after the study returns."""
+    @functools.wraps(study)
+    def run(*args, **kwargs):
+        from skillbank.memory.selectors.embedding import encoder_memo
+        with encoder_memo():
+            return study(*args, **kwargs)
+    return run
+
+
+@_embedding_each_text_once
 def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Sequence[str] = ALL_SELECTORS, *,
                        out_dir: str | Path, batch_size: int = 16, max_new_tokens: int = 256,
                        test_per_family: int | None = None, say: Say | None = None, constrain: bool = True,
@@ -159,7 +172,6 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
     extra: set name -> records of the stream's families (e.g. hand-written requests), each routed by every
     selector after the last stage of each order and scored like the held-out requests."""
     from skillbank.memory.selectors import AdapterRequestNLL, BaseHiddenStates
-    from skillbank.memory.selectors.embedding import memoize_encoders
 
     kinds = _check_kinds(kinds)
     if not orders:
@@ -187,7 +199,6 @@ def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Seque
                "epi": {"featurizer": BaseHiddenStates(bank.execution.base, batch_size=batch_size, memo=True)},
                "adaptercl": {"scorer": AdapterRequestNLL(bank.execution, batch_size=batch_size, memo=True)},
                "self-route": {"cache": cache}, "address-compete": {**(compete or {}), "cache": cache}}
-    memoize_encoders()
     if "self-route" in kinds:
         # Self-route needs every shard's output for every request; one call lets each shard batch them all.
         everything = [r for k in stream.family_keys for r in tests[k]] + [r for recs in extra.values() for r in recs]

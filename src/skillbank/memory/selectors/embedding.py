@@ -192,8 +192,9 @@ def get_encoder(name: str = MINILM) -> SentenceEncoder:
 
 
 def memoize_encoders(on: bool = True) -> None:
-    """Turn the text -> embedding memo of every encoder loaded from now on (and already loaded) on or off.
-    For evaluations over prefixes, which embed the same held-out requests again after every stage."""
+    """Turn the text -> embedding memo of every encoder loaded from now on (and already loaded) on or off, for
+    the whole process: for one-shot probe scripts that embed the same requests again and again. Commands and
+    studies use :func:`encoder_memo` (this thread, one block): a process that plans afterwards keeps nothing."""
     global _MEMO
     _MEMO = on
     for enc in _ENCODERS.values():
