@@ -338,11 +338,22 @@ def test_adapters_llama_cpp_cannot_apply_exactly_are_named(tmp_path):
 
 
 @pytest.mark.real_model
-def test_a_bank_on_the_embedded_base_plans_with_llama_cpp(real_base, small_stream, tmp_path):
-    """learn with torch, plan with llama.cpp: the merged model is made once into the cache, reused by the next
-    process, and a damaged cached file is made again instead of used; the runtime-adapter route plans too."""
+def test_a_bank_on_the_embedded_base_plans_with_llama_cpp(real_base, small_stream, tmp_path, monkeypatch):
+    """learn with torch, plan with llama.cpp: the base is re-encoded once into the cache and the merged model
+    patched from it, both reused by the next process; a damaged cached file (merged model or base) is made again
+    instead of used; the runtime-adapter route plans too."""
+    from skillbank.cache import cache_root
     from skillbank.memory.execution_llamacpp import LlamaCppExecution
     from skillbank.train.executor import TrainConfig, top_layers
+
+    # llama.cpp's forms made in a cache of this test's own (the encoder and the rest shared with the machine's)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    if cache_root().is_dir():
+        for item in cache_root().iterdir():
+            if item.name != "llamacpp":
+                (cache / item.name).symlink_to(item)
+    monkeypatch.setenv("SKILLBANK_CACHE", str(cache))
 
     key = "t4_vision_document"
     bank = SkillBank.create(tmp_path / "bank", base=real_base)
@@ -356,7 +367,7 @@ def test_a_bank_on_the_embedded_base_plans_with_llama_cpp(real_base, small_strea
     engine = opened.engine
     assert isinstance(engine, LlamaCppExecution) and opened._execution is None  # torch never loaded
     assert plan.shard == key and plan.tokens > 0 and (plan.graph is None) == (plan.error is not None)
-    assert engine.conversions in (0, 1)  # 0: another test run converted these very bytes already
+    assert engine.conversions == 2  # the base re-encoded (once per machine), then the shard patched into it
     [cached] = [p for p in engine.merged_cache().glob("*.gguf") if p.stem == engine.loaded[key]]
 
     again = SkillBank.open(tmp_path / "bank", engine="llama.cpp")
@@ -367,6 +378,12 @@ def test_a_bank_on_the_embedded_base_plans_with_llama_cpp(real_base, small_strea
     damaged = SkillBank.open(tmp_path / "bank", engine="llama.cpp")
     assert damaged.plan([request], max_new_tokens=12, scope=False)[0].raw == plan.raw
     assert damaged.engine.conversions == 1 and cached.stat().st_size > 1000
+    base = damaged.engine.base_file()
+    base.write_bytes(base.read_bytes()[:5000])  # the re-encoded base cut off too
+    cached.unlink()
+    rebuilt = SkillBank.open(tmp_path / "bank", engine="llama.cpp")
+    assert rebuilt.plan([request], max_new_tokens=12, scope=False)[0].raw == plan.raw
+    assert rebuilt.engine.conversions == 2 and base.stat().st_size > 5000
 
     from skillbank.memory.execution_llamacpp import LlamaCppExecution
     runtime = LlamaCppExecution(tmp_path / "bank", lambda: damaged.manifest, reference=lambda: None, merge=False)
