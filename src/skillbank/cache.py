@@ -1,9 +1,13 @@
-"""Where skillbank keeps what it converts once and reuses: base models converted to safetensors (models/) and
-sentence encoders in ONNX form (encoders/). Kept free of heavy imports: a cold ``skillbank plan`` reads it."""
+"""Where skillbank keeps what it converts once and reuses: base models converted to safetensors (models/),
+sentence encoders in ONNX form (encoders/), llama.cpp's forms of the base and shards (llamacpp/); and how such a
+file is written. Kept free of heavy imports: a cold ``skillbank plan`` reads it."""
 from __future__ import annotations
 
 import os
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -12,3 +16,18 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
         return Path(cache_dir).expanduser()
     env = os.environ.get("SKILLBANK_CACHE")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "skillbank"
+
+
+@contextmanager
+def written_aside(out: Path) -> Iterator[str]:
+    """A temporary path beside ``out``, renamed to ``out`` when the block ends and removed if it fails: a crash
+    leaves no partial file under that name."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}-", dir=out.parent)
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

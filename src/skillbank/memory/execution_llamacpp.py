@@ -168,17 +168,7 @@ class LlamaCppExecution:
         ``reencoded``): ~0.5 s a new shard instead of ~4."""
         path = self.base_cache() / f"{self.base_digest[:32]}-v{CONVERTER_VERSION}.gguf"
         if make:
-            for attempt in (0, 1):
-                if attempt or not path.is_file():
-                    reencode_base(self.gguf, path)
-                    self.conversions += 1
-                try:
-                    gguf_spans(path)
-                    break
-                except ModelError:
-                    if attempt:
-                        raise
-            os.utime(path)
+            self._cached(path, lambda p: reencode_base(self.gguf, p), gguf_spans)
         return path
 
     def _ensure(self, name: str, entry) -> tuple[LlamaCppDecoder, str | None] | None:

@@ -40,13 +40,13 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
+from skillbank.cache import written_aside
 from skillbank.errors import ModelError
 
 # Part of every converted adapter's cache key: a change here rebuilds them all. 2: merged models store every
@@ -171,25 +171,33 @@ def _lora_updates(shard_dir: Path, shape: BaseShape) -> dict[str, tuple[np.ndarr
 
 
 def _write_gguf(out: Path, arch: str, fill) -> Path:
-    """Write a GGUF at ``out`` atomically (aside, then renamed: a crash leaves no partial file under that name);
-    ``fill(writer)`` adds its fields and tensors."""
+    """Write a GGUF at ``out`` atomically (:func:`written_aside`); ``fill(writer)`` adds its fields and tensors."""
     from gguf import GGUFWriter
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}-", dir=out.parent)
-    os.close(fd)
-    try:
+    with written_aside(out) as tmp:
         writer = GGUFWriter(tmp, arch)
         fill(writer)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return out
+
+
+def _with_update(base_gguf, name: str, data: np.ndarray, kind, update: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Base tensor ``name`` (``data`` stored as ``kind``) dequantized, plus the update's B·A, in float32: the
+    arithmetic of every merged weight, rewritten or patched; :class:`UnsupportedAdapter` for a type gguf-py cannot
+    dequantize."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    try:
+        weight = dequantize(data, kind)
+    except NotImplementedError as exc:
+        raise UnsupportedAdapter(f"{base_gguf}: {name} is {GGMLQuantizationType(kind).name}, which gguf-py "
+                                 f"cannot dequantize ({exc})") from None
+    a, b = update
+    return (weight + b @ a).astype(np.float32)
 
 
 def convert_lora(shard_dir: str | os.PathLike, out: str | os.PathLike, shape: BaseShape) -> Path:
@@ -263,20 +271,17 @@ def _rewrite(base_gguf, out, arch: str, updates: dict, weights: str, note: str) 
             writer.add_string("skillbank.merged_lora", note)
         for tensor in reader.tensors:
             update = updates.pop(tensor.name, None)
-            if update is None and not _reencoded(tensor, weights):
+            if update is not None:
+                weight = _with_update(base_gguf, tensor.name, tensor.data, tensor.tensor_type, update)
+            elif not _reencoded(tensor, weights):
                 writer.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
                 continue
-            try:
-                weight = dequantize(tensor.data, tensor.tensor_type)
-            except NotImplementedError as exc:
-                if update is None:  # a matrix the update does not touch keeps its bytes, only slower kernels
+            else:
+                try:
+                    weight = dequantize(tensor.data, tensor.tensor_type)
+                except NotImplementedError:  # a matrix the update does not touch keeps its bytes, only slower kernels
                     writer.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
                     continue
-                raise UnsupportedAdapter(f"{base_gguf}: {tensor.name} is {tensor.tensor_type.name}, which gguf-py "
-                                         f"cannot dequantize ({exc})") from None
-            if update is not None:
-                a, b = update
-                weight = (weight + b @ a).astype(np.float32)
             if weights == "f16" or weight.shape[-1] % 32:
                 writer.add_tensor(tensor.name, weight.astype(np.float16))
             else:
@@ -399,7 +404,7 @@ def _patch(base_gguf, reencoded, out, updates: dict) -> Path | None:
     import shutil
 
     from gguf import GGMLQuantizationType
-    from gguf.quants import dequantize, quantize
+    from gguf.quants import quantize
 
     source, target = gguf_spans(base_gguf), gguf_spans(reencoded)
     for name in updates:
@@ -409,30 +414,19 @@ def _patch(base_gguf, reencoded, out, updates: dict) -> Path | None:
         if t.kind != GGMLQuantizationType.Q8_0 or len(t.dims) != 2 or t.dims[0] % 32:
             return None
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}-", dir=out.parent)
-    os.close(fd)
-    try:
+    with written_aside(out) as tmp:
         shutil.copyfile(reencoded, tmp)
         with open(base_gguf, "rb") as src, open(tmp, "r+b") as dst:
-            for name, (a, b) in updates.items():
+            for name, update in updates.items():
                 s, t = source[name], target[name]
                 src.seek(s.offset)
                 raw = np.frombuffer(src.read(s.nbytes), dtype=np.uint8).reshape(s.dims[1], -1)
-                try:
-                    weight = dequantize(raw, GGMLQuantizationType(s.kind))
-                except NotImplementedError as exc:
-                    raise UnsupportedAdapter(f"{base_gguf}: {name} is {GGMLQuantizationType(s.kind).name}, which "
-                                             f"gguf-py cannot dequantize ({exc})") from None
-                merged = quantize((weight + b @ a).astype(np.float32), GGMLQuantizationType.Q8_0)
+                weight = _with_update(base_gguf, name, raw, GGMLQuantizationType(s.kind), update)
+                merged = quantize(weight, GGMLQuantizationType.Q8_0)
                 if merged.nbytes != t.nbytes:
                     raise ModelError(f"{name}: {merged.nbytes} merged bytes for a {t.nbytes}-byte tensor")
                 dst.seek(t.offset)
                 dst.write(merged.tobytes())
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return out
 
 

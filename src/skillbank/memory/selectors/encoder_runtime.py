@@ -40,7 +40,7 @@ from typing import Sequence
 
 import numpy as np
 
-from skillbank.cache import cache_root
+from skillbank.cache import cache_root, written_aside
 
 CACHE_FORMAT = 1
 WEIGHTS = "model.safetensors"
@@ -166,19 +166,12 @@ def _session(ort, model: Path, options):
         except Exception:  # noqa: BLE001 - damaged or partial: optimized again below
             saved.unlink(missing_ok=True)
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{saved.name}-", dir=model.parent)
-        os.close(fd)
-    except OSError:
+    if not os.access(model.parent, os.W_OK):
         return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"]), "optimized"
-    try:
+    with written_aside(saved) as tmp:
         options.optimized_model_filepath = tmp
         session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
         os.chmod(tmp, 0o644)  # as readable as the model beside it (mkstemp makes it private)
-        os.replace(tmp, saved)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return session, "optimized"
 
 
