@@ -168,37 +168,35 @@ def cold_start(bank: Path, request: str, threads: int | None) -> dict:
         off, seconds = timed(["plan", str(bank), _offdomain()[0]], env)
         off_runs.append(seconds)
     plan_s, off_s = statistics.median(plan_runs), statistics.median(off_runs)
-    # The first plan of a shard on a machine also makes its llama.cpp form (merged model): a cache holding
-    # everything else (converted base, encoder) but no llama.cpp files.
+    # The first plan of a shard on a machine makes its llama.cpp form (the base re-encoded, then the shard's merged
+    # model); a shard just learned on a machine that has planned before only its merged model (patched into the
+    # base already re-encoded). Each in a cache holding everything else (the encoder, the torch base).
     from skillbank.cache import cache_root
-    with tempfile.TemporaryDirectory(prefix="latency-cache-") as tmp:
-        for item in cache_root().iterdir():
-            if item.name != "llamacpp":
-                (Path(tmp) / item.name).symlink_to(item)
-        first, first_s = timed(["plan", str(bank), request], {**env, "SKILLBANK_CACHE": tmp})
-    # A shard just learned on a machine that has planned before: its base re-encoded already, its merged model
-    # not yet made (patched into that base).
-    new_shard_s = None
-    base_dir = cache_root() / "llamacpp" / "base"
-    if base_dir.is_dir():
+
+    def first_plan(keep_base: bool) -> float | None:
         with tempfile.TemporaryDirectory(prefix="latency-cache-") as tmp:
             for item in cache_root().iterdir():
                 if item.name != "llamacpp":
                     (Path(tmp) / item.name).symlink_to(item)
-            (Path(tmp) / "llamacpp").mkdir()
-            (Path(tmp) / "llamacpp" / "base").symlink_to(base_dir)
-            fresh, seconds = timed(["plan", str(bank), request], {**env, "SKILLBANK_CACHE": tmp})
-            new_shard_s = round(seconds, 2) if fresh.returncode == 0 else None
+            if keep_base:
+                (Path(tmp) / "llamacpp").mkdir()
+                (Path(tmp) / "llamacpp" / "base").symlink_to(cache_root() / "llamacpp" / "base")
+            done, seconds = timed(["plan", str(bank), request], {**env, "SKILLBANK_CACHE": tmp})
+        return seconds if done.returncode == 0 else None
+
+    first_s = first_plan(keep_base=False)
+    new_shard_s = first_plan(keep_base=True) if (cache_root() / "llamacpp" / "base").is_dir() else None
     out = {"python_s": round(bare_s, 2), "import_s": round(python_s - bare_s, 2), "cli_plan_s": round(plan_s, 2),
            "cli_plan_runs_s": [round(x, 2) for x in plan_runs], "cli_out_of_scope_runs_s": [round(x, 2) for x in off_runs],
            "cli_out_of_scope_s": round(off_s, 2) if off.returncode == 0 else None,
-           "cli_plan_first_use_s": round(first_s, 2) if first.returncode == 0 else None,
-           "cli_plan_new_shard_s": new_shard_s}
+           "cli_plan_first_use_s": round(first_s, 2) if first_s is not None else None,
+           "cli_plan_new_shard_s": round(new_shard_s, 2) if new_shard_s is not None else None}
     say(f"cold: python {bare_s:.2f} s, import cli+bank +{python_s - bare_s:.2f} s; "
         f"`skillbank plan BANK \"...\"` {plan_s:.2f} s wall (median of {[round(x, 2) for x in plan_runs]}); out-of-scope request {off_s:.2f} s "
         f"({[round(x, 2) for x in off_runs]}); the shard's first "
-        f"plan on this machine (its llama.cpp form made) {first_s:.2f} s"
-        + (f"; a new shard's first plan (the base converted before) {new_shard_s:.2f} s" if new_shard_s else ""))
+        f"plan on this machine (its llama.cpp form made) {f'{first_s:.2f} s' if first_s is not None else 'failed'}"
+        + (f"; a new shard's first plan (the base converted before) {new_shard_s:.2f} s" if new_shard_s is not None
+           else ""))
     return out
 
 

@@ -19,7 +19,6 @@ scope check is not applied here: every request is routed and answered.
 """
 from __future__ import annotations
 
-import functools
 import json
 import time
 from collections import defaultdict
@@ -33,6 +32,7 @@ from skillbank.experiments.provenance import write_provenance
 from skillbank.experiments.routing import route_prefixes
 from skillbank.memory.address import make_selector
 from skillbank.memory.execution import ShardOutput
+from skillbank.memory.selectors.embedding import encoder_memo
 from skillbank.metrics import AccuracyMatrix, route_accuracy, score_example, task_macro
 from skillbank.model.serialization import decode_output
 from skillbank.report.selectors import write_selectors_report
@@ -146,18 +146,7 @@ def _mean(values) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _embedding_each_text_once(study):
-    """Run ``study`` inside one :func:`~skillbank.memory.selectors.embedding.encoder_memo` block: every prefix
-    re-routes the same requests, so each is embedded once; nothing is kept after the study returns."""
-    @functools.wraps(study)
-    def run(*args, **kwargs):
-        from skillbank.memory.selectors.embedding import encoder_memo
-        with encoder_memo():
-            return study(*args, **kwargs)
-    return run
-
-
-@_embedding_each_text_once
+@encoder_memo()  # every prefix re-routes the same requests: each embedded once, nothing kept after the study
 def evaluate_selectors(bank, stream: Stream, orders: Sequence[str], kinds: Sequence[str] = ALL_SELECTORS, *,
                        out_dir: str | Path, batch_size: int = 16, max_new_tokens: int = 256,
                        test_per_family: int | None = None, say: Say | None = None, constrain: bool = True,
