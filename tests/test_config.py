@@ -82,3 +82,27 @@ def test_compare_config_carries_the_committed_sweeps_selection():
         assert cfg.method_train.get(method, {}) == point["train"], method
         checked.append(method)
     assert sorted(checked) == ["ewc", "lwf", "olora", "replay", "sft"]
+
+
+def test_the_eval_engine_is_resolved_saved_and_part_of_a_run_s_identity(tmp_path, tiny_model_dir):
+    """``[eval] engine``: "auto" is llama.cpp only where it runs the base (the embedded model), torch for any
+    other; an explicit "llama.cpp" on another base is an error naming why; a run saved before engines existed
+    generated with torch, so it resumes on torch and refuses llama.cpp."""
+    from skillbank.continual.runner import check_same_config
+
+    other = RunConfig.from_dict({"base": {"name": str(tiny_model_dir)}})
+    assert other.eval_engine() == "torch" and other.resolved()["eval"]["engine"] == "torch"
+    with pytest.raises(ConfigError, match="embedded GGUF model only"):
+        RunConfig.from_dict({"base": {"name": str(tiny_model_dir)}, "eval": {"engine": "llama.cpp"}}).eval_engine()
+    with pytest.raises(ConfigError, match="engine"):
+        RunConfig.from_dict({"eval": {"engine": "vllm"}})
+    assert RunConfig.from_dict({"eval": {"engine": "torch"}}).eval_engine() == "torch"
+    assert RunConfig.from_dict({"base": {"device": "cuda"}}).eval_engine() == "torch"  # a GPU named generates
+
+    old = other.resolved()
+    del old["eval"]["engine"]  # a run directory written before the setting existed
+    assert RunConfig.from_run(old).eval.engine == "torch"
+    check_same_config(tmp_path, old, other.resolved())  # torch both: resumes
+    llama = {**other.resolved(), "eval": {**other.resolved()["eval"], "engine": "llama.cpp"}}
+    with pytest.raises(ConfigError, match="differs in: eval"):
+        check_same_config(tmp_path, old, llama)

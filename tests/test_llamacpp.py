@@ -207,6 +207,91 @@ def test_a_merge_patched_into_the_re_encoded_base_holds_the_rewrite_s_tensors(ra
 
 
 @pytest.mark.real_model
+def test_the_update_a_loaded_model_computes_with_is_the_saved_shard_s(real_base, random_shard, tmp_path):
+    """What the harness merges to evaluate a method's state on llama.cpp: the active adapters of the live model.
+    One adapter: exactly the saved shard's update. Two active (Progressive-LoRA's sum): A stacked, B side by side,
+    so B·A is the sum of both. Adapters disabled (a frozen-base reference): no update."""
+    import torch
+    from peft import LoraConfig
+
+    import skillbank.model.llamacpp as engine
+    from skillbank.model.embedded import embedded_gguf_path
+
+    shape, _ = engine.read_shape(embedded_gguf_path())
+    saved = engine._lora_updates(random_shard, shape)
+    live = engine.peft_updates(real_base.activate("rand"), shape)
+    assert sorted(live) == sorted(saved)
+    for name in saved:
+        assert all(np.array_equal(x, y) for x, y in zip(live[name], saved[name])), name
+    assert engine.updates_digest(live) == engine.updates_digest(saved)
+
+    real_base.add_adapter("second", LoraConfig(r=4, lora_alpha=16, bias="none", task_type="CAUSAL_LM",
+                                               target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():
+        for module in real_base.peft.modules():
+            if hasattr(module, "lora_B") and "second" in module.lora_B:
+                module.lora_B["second"].weight.normal_(0, 0.05)
+    second = engine._lora_updates(real_base.save_adapter("second", tmp_path / "second"), shape)
+    both = engine.peft_updates(real_base.activate(["rand", "second"]), shape)
+    assert sorted(both) == sorted(saved)
+    for name, (a, b) in both.items():
+        expected = saved[name][1] @ saved[name][0]
+        if name in second:
+            expected = expected + second[name][1] @ second[name][0]
+        assert np.allclose(b @ a, expected, atol=1e-5), name
+    with real_base.peft.disable_adapter():
+        assert engine.peft_updates(real_base.peft, shape) == {}
+    real_base.remove_adapter("second")
+
+
+@pytest.mark.real_model
+def test_the_harness_llama_cpp_engine_decodes_a_state_as_its_merged_model_does(real_base, random_shard, tmp_path):
+    """LlamaCppOutputs (``[eval] engine = "llama.cpp"``) generates a state's outputs from its live model: the
+    same tokens as the shard's merged model decoding each prompt alone; under a grammar every output parses; the
+    bare base (adapters disabled) decodes with the re-encoded base. Another base is refused by name."""
+    from skillbank.config import ConfigError
+    from skillbank.continual.engines import LlamaCppOutputs
+    from skillbank.data.builtin import build_builtin_catalog
+    from skillbank.memory.execution_llamacpp import reencoded_base_path
+    from skillbank.model.constrain import SkillSpec, build_grammar
+    from skillbank.model.embedded import embedded_gguf_path
+    from skillbank.model.llamacpp import LlamaCppDecoder, merge_lora, read_shape
+    from skillbank.model.prompts import render_prompt, stop_token_ids
+    from skillbank.model.serialization import decode_output
+
+    engine = LlamaCppOutputs(real_base.identity, threads=1)
+    prompts = [render_prompt(real_base.tokenizer, r) for r in REQUESTS[:3]]
+    outs = engine.generate(real_base.activate("rand"), real_base.tokenizer, prompts, grammars=[None] * 3,
+                           batch_size=2, max_new_tokens=12)
+    assert engine.merges == 1 and not list(engine.scratch.iterdir())  # merged, loaded, and the file removed
+    shape, _ = read_shape(embedded_gguf_path())
+    merged = LlamaCppDecoder(merge_lora(random_shard, embedded_gguf_path(), tmp_path / "m.gguf", shape,
+                                        reencoded=reencoded_base_path(real_base.identity["digest"])),
+                             threads=1, n_ctx=1024)
+    stops = set(stop_token_ids(real_base.tokenizer))
+    for prompt, out in zip(prompts, outs):
+        alone = merged.decode(real_base.tokenizer(prompt, add_special_tokens=False)["input_ids"], None, 12, stops)
+        body = alone.tokens[:-1] if alone.stopped else alone.tokens
+        assert out.text == real_base.tokenizer.decode(body, skip_special_tokens=True).strip()
+        assert out.n_tokens == len(alone.tokens) and out.stopped == alone.stopped
+
+    catalog = build_builtin_catalog()
+    skills = list(catalog.skills)[:4]
+    grammar = build_grammar([SkillSpec(s, catalog.skills[s].argument_names) for s in skills], "compact", "")
+    with real_base.peft.disable_adapter():
+        bare = engine.generate(real_base.peft, real_base.tokenizer, prompts, grammars=[grammar] * 3, batch_size=4,
+                               max_new_tokens=96)
+    assert engine.merges == 1  # the bare base is the re-encoded file itself
+    for out in bare:
+        if out.stopped:
+            assert decode_output(out.text, "compact", "", stopped=True).error is None
+    engine.close()
+    assert not engine.scratch.exists()
+    with pytest.raises(ConfigError, match="embedded GGUF model only"):
+        LlamaCppOutputs({"name": "some/other-model", "digest": "sha256:x"})
+
+
+@pytest.mark.real_model
 def test_the_light_tokenizer_is_transformers_tokenizer(real_base):
     from skillbank.model.embedded import embedded_tokenizer_dir
     from skillbank.model.light_tokenizer import LightTokenizer
@@ -533,3 +618,30 @@ def test_planning_with_llama_cpp_imports_no_torch(tmp_path):
             "print(sorted(m for m in ('torch', 'transformers', 'peft') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.real_model
+def test_the_harness_evaluates_every_state_with_llama_cpp(tmp_path):
+    """A run on the embedded base with ``[eval] engine = "llama.cpp"``: FSM's shards and Progressive-LoRA's summed
+    adapters are evaluated through llama.cpp, the run records the engine, its outputs are cached under keys of that
+    engine, and resuming it on the other engine is refused before anything loads."""
+    from skillbank.config import ConfigError, RunConfig
+    from skillbank.continual.runner import run
+
+    raw = {"name": "engine", "methods": ["fsm", "progressive-routed"],
+           "stream": {"source": "builtin", "train_per_family": 4, "test_per_family": 2},
+           "base": {"name": "embedded"},
+           "train": {"epochs": 1, "batch_size": 4, "rank": 4, "alpha": 8, "target_format": "compact"},
+           "eval": {"orders": ["T1,T2"], "max_new_tokens": 48, "batch_size": 4, "engine": "llama.cpp"}}
+    record = run(RunConfig.from_dict(raw), tmp_path / "run", progress=False, report=False)
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["eval"]["engine"] == "llama.cpp"
+    for method in ("fsm", "progressive-routed"):
+        result = record["methods"][method]["T1,T2"]
+        assert result["timing"]["generated_this_run"] > 0
+        rows = [json.loads(line) for line in
+                (tmp_path / "run" / "methods" / method / "outputs.jsonl").read_text().splitlines()]
+        assert len(rows) == result["timing"]["generated_this_run"]
+        assert all(0 < r["n_tokens"] <= 48 for r in rows)
+    with pytest.raises(ConfigError, match="differs in: eval"):
+        run(RunConfig.from_dict({**raw, "eval": {**raw["eval"], "engine": "torch"}}), tmp_path / "run",
+            progress=False, report=False)

@@ -105,6 +105,11 @@ class EvalSettings(_Strict):
     split: Literal["test", "validation"] = Field("test", description="which requests each stage is evaluated on: "
                                                  "the held-out test set, or the validation split carved from the "
                                                  "training requests ([stream] validation_per_family), for tuning")
+    engine: Literal["auto", "llama.cpp", "torch"] = Field("auto", description=(
+        "what generates the outputs evaluated (skillbank.continual.engines): llama.cpp, the product's path, on the "
+        "method's update merged into the embedded base; torch, the reference decoder; auto: llama.cpp where it can "
+        "run the base on this machine's CPU (the embedded model, llama-cpp-python installed, no GPU in use), else "
+        "torch. Resolved when the run starts and saved with it: part of a run's identity"))
     extra_sets: list[str] = Field(default_factory=list, description=(
         "JSONL record files of the stream's families written elsewhere (by hand, or real traffic), a path relative "
         "to the current directory; every method is also evaluated on each after its last stage, routed as on the "
@@ -210,7 +215,21 @@ class RunConfig(_Strict):
         d["train"] = self.train_config().to_dict()
         d["method_params"] = {m: self.method_params_for(m).model_dump() for m in self.methods}
         d["method_train"] = {m: dict(v) for m, v in self.method_train.items() if v}
+        d["eval"]["engine"] = self.eval_engine()
         return d
+
+    def eval_engine(self) -> str:
+        """``[eval] engine`` resolved for this machine: "llama.cpp" or "torch" (``continual.engines``)."""
+        from skillbank.continual.engines import resolve_engine
+
+        choice = self.eval.engine
+        if choice == "auto" and self.base.device != "cpu":
+            if self.base.device != "auto":
+                return "torch"  # a GPU named: it generates faster than llama.cpp's CPU build
+            import torch
+            if torch.cuda.is_available():
+                return "torch"
+        return resolve_engine(choice, self.base.name)
 
     def save(self, directory: str | Path) -> Path:
         path = Path(directory) / "config.json"
@@ -224,8 +243,9 @@ class RunConfig(_Strict):
     @classmethod
     def from_run(cls, raw: dict, where: str = "config") -> "RunConfig":
         """A run directory's saved ``config.json``: runs made before constrained decoding existed decoded freely,
-        so a missing ``eval.constrain`` reads as false there (not as the default for new configs)."""
-        raw = {**raw, "eval": {"constrain": False, **raw.get("eval", {})}}
+        and those made before ``[eval] engine`` existed generated with torch, so a missing ``eval.constrain`` reads
+        as false and a missing ``eval.engine`` as "torch" there (not as the defaults for new configs)."""
+        raw = {**raw, "eval": {"constrain": False, "engine": "torch", **raw.get("eval", {})}}
         return cls.from_dict(raw, where)
 
     @classmethod

@@ -72,9 +72,16 @@ class OutputCache:
 
     ``shared``: a second file that several methods' caches read and append to (the stage cache's, where
     methods that share a trained stage share its outputs too). An output found only there is copied into
-    ``path``, so ``path`` always holds every output this method's evaluation used."""
+    ``path``, so ``path`` always holds every output this method's evaluation used.
 
-    def __init__(self, path: Path, batch_size: int, max_new_tokens: int, catalog=None, shared: Path | None = None):
+    ``engine``: what generates (:mod:`skillbank.continual.engines`; default the torch reference decoder). An
+    engine other than torch joins the prompt digest too, so one engine's outputs never stand in for another's."""
+
+    def __init__(self, path: Path, batch_size: int, max_new_tokens: int, catalog=None, shared: Path | None = None,
+                 engine=None):
+        from skillbank.continual.engines import TorchOutputs
+
+        self.engine = engine if engine is not None else TorchOutputs()
         self.path = path
         self.shared = shared
         self.batch_size = batch_size
@@ -123,12 +130,16 @@ class OutputCache:
             self._grammars[key] = build_grammar(specs, query.fmt, query.prefix)
         return self._grammars[key]
 
-    def get(self, method, queries: Sequence, say: Say | None = None, progress: bool = False) -> list[dict]:
-        from skillbank.model.generate import generate
+    def key(self, query, grammar) -> tuple[str, str]:
+        """(state, digest of the prompt, its grammar and the engine): what an output is cached under."""
+        text = query.prompt if grammar is None else f"{query.prompt}\0grammar:{grammar.digest}"
+        if self.engine.key:
+            text += f"\0{self.engine.key}"
+        return query.state, prompt_key(text)
 
+    def get(self, method, queries: Sequence, say: Say | None = None, progress: bool = False) -> list[dict]:
         grammars = [self.grammar(q) for q in queries]
-        keys = [(q.state, prompt_key(q.prompt if g is None else f"{q.prompt}\0grammar:{g.digest}"))
-                for q, g in zip(queries, grammars)]
+        keys = [self.key(q, g) for q, g in zip(queries, grammars)]
         missing: dict[tuple[str, str], tuple] = {}
         reused = []
         for q, g, k in zip(queries, grammars, keys):
@@ -147,9 +158,9 @@ class OutputCache:
                 say(f"  generating {len(items)} outputs with {state}")
             t0 = time.perf_counter()
             with method.model_for(state) as model:
-                gens = generate(model, method.base.tokenizer, [p for _, (p, _) in items], batch_size=self.batch_size,
-                                max_new_tokens=self.max_new_tokens, progress=progress,
-                                grammars=[g for _, (_, g) in items])
+                gens = self.engine.generate(model, method.base.tokenizer, [p for _, (p, _) in items],
+                                            batch_size=self.batch_size, max_new_tokens=self.max_new_tokens,
+                                            progress=progress, grammars=[g for _, (_, g) in items])
             self.generate_seconds += time.perf_counter() - t0
             self.generated += len(items)
             rows = []
@@ -306,6 +317,7 @@ class RunContext:
     say: Say | None
     progress: bool
     stage_cache: Path | None = None  # trained stages other methods may load (skillbank.continual.stage_cache)
+    engine: str = "torch"  # what generates the outputs ([eval] engine resolved: skillbank.continual.engines)
 
 
 def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrained: dict | None = None) -> dict:
@@ -316,6 +328,7 @@ def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrain
 
 
 def _run_method_order(rc: RunContext, method_name: str, order_name: str, pretrained: dict | None = None) -> dict:
+    from skillbank.continual.engines import outputs_engine
     from skillbank.continual.methods import MethodContext, method_class
     from skillbank.model.base import load_base
 
@@ -350,8 +363,9 @@ def _run_method_order(rc: RunContext, method_name: str, order_name: str, pretrai
                         checkpoint_seconds=60 * cfg.runner.checkpoint_minutes)
     method = cls(ctx, cfg.method_params_for(method_name))
     shared = rc.stage_cache / "outputs.jsonl" if rc.stage_cache and cls.first_stage_group else None
+    engine = outputs_engine(rc.engine, base.identity)
     cache = OutputCache(mdir / "outputs.jsonl", cfg.eval.batch_size, cfg.eval.max_new_tokens,
-                        catalog=stream.catalog if cfg.eval.constrain else None, shared=shared)
+                        catalog=stream.catalog if cfg.eval.constrain else None, shared=shared, engine=engine)
     if finished:
         if say:
             say(f"{method_name} {order_name}: " + ("evaluating the extra sets" if finished == len(order)
@@ -409,6 +423,7 @@ def _run_method_order(rc: RunContext, method_name: str, order_name: str, pretrai
         if extra and _is_main():
             evaluate_extra_sets(method, len(order), order, stream, cache, odir, extra, say, rc.progress)
     finally:
+        engine.close()
         method.close()
         del method, base
         gc.collect()
@@ -489,7 +504,7 @@ def _machine(method) -> str:
 # Settings added after runs were saved without them, and what a saved run without them did: the
 # validation split did not exist (no split, the held-out test set evaluated).
 _ADDED_DEFAULTS = {"stream": {"validation_per_family": None, "validation_fraction": None},
-                   "eval": {"split": "test"}}
+                   "eval": {"split": "test", "engine": "torch"}}
 
 
 # Settings outside a run's identity: orders are additive (another process may run another order), and the
@@ -567,7 +582,10 @@ def run(cfg: RunConfig, out_dir: str | Path, *, say: Say | None = None, progress
                                                        for v in stream.summary().values()) + " (train/test per family)")
     if stage_cache == "default":
         stage_cache = out / "shared-stages"
-    rc = RunContext(cfg, stream, out, say if main else None, progress, Path(stage_cache) if stage_cache else None)
+    # the engine the run was configured with (config.json), so a run resumed elsewhere never switches engines
+    engine = json.loads((out / "config.json").read_text())["eval"]["engine"] if main else cfg.eval_engine()
+    rc = RunContext(cfg, stream, out, say if main else None, progress, Path(stage_cache) if stage_cache else None,
+                    engine)
     methods: dict[str, dict] = {}
     for name in cfg.methods:
         pretrained = None

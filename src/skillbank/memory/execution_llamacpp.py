@@ -149,7 +149,7 @@ class LlamaCppExecution:
 
     @staticmethod
     def base_cache() -> Path:
-        return cache_root() / "llamacpp" / "base"
+        return reencoded_base_path("").parent
 
     @property
     def base(self) -> LlamaCppDecoder:
@@ -166,7 +166,7 @@ class LlamaCppExecution:
         """Where the re-encoded base lies (:attr:`base`); with ``make``, made first where it is missing or is not
         a whole GGUF. A shard's merged model is this file with its adapted tensors patched in (``merge_lora``'s
         ``reencoded``): ~0.5 s a new shard instead of ~4."""
-        path = self.base_cache() / f"{self.base_digest[:32]}-v{CONVERTER_VERSION}.gguf"
+        path = reencoded_base_path(self.base_digest)
         if make:
             self._cached(path, lambda p: reencode_base(self.gguf, p), gguf_spans)
         return path
@@ -321,21 +321,10 @@ class LlamaCppExecution:
         return ShardOutput(name, text, parsed, n, step.logprob / max(1, n), step.stopped, constrained)
 
     def _cached(self, path: Path, make: Callable[[Path], object], load: Callable[[Path], object]):
-        """``load(path)``, making the file first when it is missing; a file that does not load (damaged, or
-        written by another version) is made again, once."""
-        for attempt in (0, 1):
-            if attempt or not path.is_file():
-                make(path)
-                self.conversions += 1
-            try:
-                loaded = load(path)
-            except ModelError:
-                if attempt:
-                    raise
-                path.unlink(missing_ok=True)
-                continue
-            os.utime(path)  # the cache's least recently used file is the first to go
-            return loaded
+        """:func:`cached_file`, counting the conversions it makes."""
+        loaded, made = cached_file(path, make, load)
+        self.conversions += made
+        return loaded
 
     def _drop(self, name: str) -> None:
         """Unload what serves shard ``name`` (its merged model or its runtime adapter)."""
@@ -450,6 +439,32 @@ class LlamaCppExecution:
             for i, o in zip(by_reference, outs):
                 results[i] = o
         return results  # type: ignore[return-value]
+
+
+def cached_file(path: Path, make: Callable[[Path], object], load: Callable[[Path], object]) -> tuple[object, int]:
+    """``load(path)`` and how many times the file was made (0-2): made first when it is missing; a file that does
+    not load (damaged, or written by another version) is made again, once."""
+    made = 0
+    for attempt in (0, 1):
+        if attempt or not path.is_file():
+            make(path)
+            made += 1
+        try:
+            loaded = load(path)
+        except ModelError:
+            if attempt:
+                raise
+            path.unlink(missing_ok=True)
+            continue
+        os.utime(path)  # the cache's least recently used file is the first to go
+        return loaded, made
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def reencoded_base_path(base_digest: str) -> Path:
+    """Where the embedded base re-encoded as merged models are (:func:`~skillbank.model.llamacpp.reencode_base`)
+    lies on this machine: one file per base and converter version, shared by every bank and the harness."""
+    return cache_root() / "llamacpp" / "base" / f"{base_digest[:32]}-v{CONVERTER_VERSION}.gguf"
 
 
 def _cache_budget() -> int:

@@ -145,22 +145,27 @@ def _lora_updates(shard_dir: Path, shape: BaseShape) -> dict[str, tuple[np.ndarr
     problems = adapter_problems(config)
     if problems:
         raise UnsupportedAdapter(f"{shard_dir}: llama.cpp cannot apply this adapter exactly: {'; '.join(problems)}")
-    weights = load_file(str(shard_dir / "adapter_model.safetensors"))
+    return _updates_from(config, load_file(str(shard_dir / "adapter_model.safetensors")), shape, str(shard_dir))
+
+
+def _updates_from(config: dict, weights: dict[str, np.ndarray], shape: BaseShape, where: str
+                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """:func:`_lora_updates` of an adapter's config and tensors (keyed as PEFT saves them), wherever they come from."""
     pairs: dict[tuple[int, str], dict[str, np.ndarray]] = {}
     for key, tensor in weights.items():
         m = _KEY.search(key)
         if m is None:
-            raise UnsupportedAdapter(f"{shard_dir}: tensor {key!r} is not a LoRA A/B of a mapped module")
+            raise UnsupportedAdapter(f"{where}: tensor {key!r} is not a LoRA A/B of a mapped module")
         layer, module, ab = int(m.group(1)), m.group(2), m.group(3)
         if module not in MODULES or layer >= shape.n_layer:
-            raise UnsupportedAdapter(f"{shard_dir}: tensor {key!r} has no counterpart in the GGUF base")
+            raise UnsupportedAdapter(f"{where}: tensor {key!r} has no counterpart in the GGUF base")
         pairs.setdefault((layer, module), {})[ab] = tensor.astype(np.float32)
     if not pairs:
-        raise UnsupportedAdapter(f"{shard_dir}: the adapter holds no LoRA tensors")
+        raise UnsupportedAdapter(f"{where}: the adapter holds no LoRA tensors")
     out = {}
     for (layer, module), ab in sorted(pairs.items()):
         if set(ab) != {"A", "B"}:
-            raise UnsupportedAdapter(f"{shard_dir}: layer {layer} {module} lacks its LoRA {'AB'.strip(''.join(ab))}")
+            raise UnsupportedAdapter(f"{where}: layer {layer} {module} lacks its LoRA {'AB'.strip(''.join(ab))}")
         a, b = ab["A"], ab["B"] * np.float32(_scales(config, module, ab["A"].shape[0]))
         if module == "q_proj":
             b = _permute_rows(b, shape.n_head)
@@ -168,6 +173,46 @@ def _lora_updates(shard_dir: Path, shape: BaseShape) -> dict[str, tuple[np.ndarr
             b = _permute_rows(b, shape.n_head_kv)
         out[f"blk.{layer}.{MODULES[module]}.weight"] = (np.ascontiguousarray(a), np.ascontiguousarray(b))
     return out
+
+
+def peft_updates(model, shape: BaseShape) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The update a loaded PEFT model computes with now, as :func:`_lora_updates` gives a shard's: every active
+    LoRA adapter's (none while ``disable_adapter()`` is on, or for a model without PEFT layers), the updates of
+    several adapters on one weight summed - their A stacked and their B side by side, so B·A is the sum of
+    theirs (Progressive-LoRA's and O-LoRA's forward). What the harness merges to evaluate any method's state on
+    llama.cpp; :class:`UnsupportedAdapter` for an adapter llama.cpp cannot apply exactly."""
+    from peft.tuners.lora import LoraLayer
+    from peft.utils import get_peft_model_state_dict
+
+    layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
+    if not layers or layers[0].disable_adapters:
+        return {}
+    parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for name in layers[0].active_adapters:
+        config = model.peft_config[name].to_dict()
+        config["target_modules"] = sorted(config.get("target_modules") or [])  # a set in a live config
+        problems = adapter_problems(config)
+        if problems:
+            raise UnsupportedAdapter(f"adapter {name!r}: llama.cpp cannot apply it exactly: {'; '.join(problems)}")
+        weights = {k: v.detach().float().cpu().numpy()
+                   # save_embedding_layers=False: "auto" looks the base up on the hub to see if the vocabulary grew
+                   for k, v in get_peft_model_state_dict(model, adapter_name=name,
+                                                         save_embedding_layers=False).items()}
+        for tensor, update in _updates_from(config, weights, shape, f"adapter {name!r}").items():
+            parts.setdefault(tensor, []).append(update)
+    return {tensor: (np.ascontiguousarray(np.concatenate([a for a, _ in ups], axis=0)),
+                     np.ascontiguousarray(np.concatenate([b for _, b in ups], axis=1)))
+            for tensor, ups in parts.items()}
+
+
+def updates_digest(updates: dict[str, tuple[np.ndarray, np.ndarray]]) -> str:
+    """A digest of an update's every byte (names, shapes, values): what a merged model made from it is cached by."""
+    h = hashlib.sha256()
+    for name in sorted(updates):
+        for array in updates[name]:
+            h.update(f"{name}{array.shape}".encode())
+            h.update(np.ascontiguousarray(array, dtype=np.float32).tobytes())
+    return h.hexdigest()[:32]
 
 
 def _write_gguf(out: Path, arch: str, fill) -> Path:
@@ -234,14 +279,23 @@ def merge_lora(shard_dir: str | os.PathLike, base_gguf: str | os.PathLike, out: 
     ``reencoded``: the base already re-encoded (:func:`reencode_base`, made once per machine by the engine). The
     merged model is then that file with the adapted tensors' bytes replaced (:func:`_patch`): the same tensors as
     a rewrite from the base, in ~0.5 s instead of ~4 (most of it gguf-py parsing the tokenizer's metadata)."""
+    return merge_updates(_lora_updates(Path(shard_dir), shape), base_gguf, out, shape, weights, reencoded,
+                         note=str(shard_dir))
+
+
+def merge_updates(updates: dict[str, tuple[np.ndarray, np.ndarray]], base_gguf: str | os.PathLike,
+                  out: str | os.PathLike, shape: BaseShape, weights: str = "q8_0",
+                  reencoded: str | os.PathLike | None = None, note: str = "merged") -> Path:
+    """:func:`merge_lora` of updates already read (:func:`_lora_updates`, :func:`peft_updates`); ``note`` is
+    recorded in the file (``skillbank.merged_lora``) where it is rewritten."""
     if weights not in ("q8_0", "f16"):
         raise ModelError(f"merged weights are stored as 'q8_0' or 'f16', not {weights!r}")
-    updates = _lora_updates(Path(shard_dir), shape)
+    updates = dict(updates)
     if reencoded is not None and weights == "q8_0":
         patched = _patch(base_gguf, reencoded, out, updates)
         if patched is not None:
             return patched
-    return _rewrite(base_gguf, out, shape.arch, updates, weights, note=str(shard_dir))
+    return _rewrite(base_gguf, out, shape.arch, updates, weights, note=note)
 
 
 def reencode_base(base_gguf: str | os.PathLike, out: str | os.PathLike) -> Path:

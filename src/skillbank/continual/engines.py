@@ -1,0 +1,187 @@
+"""Which engine writes the harness's outputs: torch (the reference decoder) or llama.cpp (what a bank plans with).
+
+Every method hands the runner its state's model (``Method.model_for``); the engine generates the held-out
+requests' outputs from it. :class:`TorchOutputs` decodes with that model itself. :class:`LlamaCppOutputs` reads the
+update the model computes with (every active LoRA adapter, summed: ``model.llamacpp.peft_updates``), patches it
+into the embedded base re-encoded for llama.cpp (the merge a bank's shard gets, ~0.6 s) and decodes with
+llama.cpp under the same grammar - the product's path, so an evaluation measures what a user's plans are, at the
+product's speed. Its outputs can differ from the reference path's where a near-tie is rounded the other way
+(``bench/engine_parity.py`` measures it on a bank), so the engine is part of a run's identity and of every cached
+output's key.
+
+``[eval] engine = "auto"`` takes llama.cpp where it can run the base (the embedded GGUF model, llama-cpp-python
+installed) and torch elsewhere (another base, e.g. the paper's Qwen3-8B); the choice is resolved when the run is
+configured and saved with it, so a run is never resumed on the other engine.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+from skillbank.config import ConfigError
+
+ENGINES = ("auto", "llama.cpp", "torch")
+
+
+def llamacpp_problem(base_name: str) -> str | None:
+    """Why llama.cpp cannot write the outputs of a run on base ``base_name`` here (None: it can)."""
+    from skillbank.model.embedded import EMBEDDED
+    from skillbank.model.llamacpp import available
+
+    if base_name != EMBEDDED:
+        return f"the base is {base_name!r}; llama.cpp runs the embedded GGUF model only"
+    return available()
+
+
+def resolve_engine(choice: str, base_name: str) -> str:
+    """"torch" or "llama.cpp" for ``[eval] engine = choice`` on base ``base_name``: "auto" takes llama.cpp where
+    it can run the base; an explicit "llama.cpp" that cannot is a :class:`ConfigError` naming why."""
+    if choice not in ENGINES:
+        raise ConfigError(f"[eval] engine must be one of {list(ENGINES)}, not {choice!r}")
+    if choice == "torch":
+        return "torch"
+    problem = llamacpp_problem(base_name)
+    if problem is None:
+        return "llama.cpp"
+    if choice == "llama.cpp":
+        raise ConfigError(f"[eval] engine = \"llama.cpp\" cannot be used: {problem}")
+    return "torch"
+
+
+class TorchOutputs:
+    """The reference decoder: the method's model generates (``skillbank.model.generate``)."""
+
+    name = "torch"
+    key = ""  # outputs cached before engines existed were all torch's: their keys stay valid
+
+    def generate(self, model, tokenizer, prompts: Sequence[str], *, grammars: Sequence, batch_size: int,
+                 max_new_tokens: int, progress: bool = False) -> list:
+        from skillbank.model.generate import generate
+
+        return generate(model, tokenizer, prompts, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                        progress=progress, grammars=grammars)
+
+    def close(self) -> None:
+        pass
+
+
+class LlamaCppOutputs:
+    """A state's outputs from llama.cpp: the model's LoRA update merged into the embedded base (in a scratch
+    folder, deleted once loaded: llama.cpp maps the file), the prompts decoded greedily ``batch_size`` rows at a
+    time, each row under its grammar. ``base_identity``: the run's loaded base (``LoadedBase.identity``), which
+    must be the embedded model llama.cpp runs here (the same digest), else :class:`ConfigError`."""
+
+    name = "llama.cpp"
+
+    def __init__(self, base_identity: dict, threads: int | None = None):
+        import numpy as np
+
+        from skillbank.model.constrain import GrammarCache
+        from skillbank.model.embedded import embedded_gguf_path, embedded_identity, embedded_tokenizer_dir
+        from skillbank.model.light_tokenizer import LightTokenizer
+        from skillbank.model.llamacpp import CONVERTER_VERSION, read_shape
+        from skillbank.model.prompts import stop_token_ids
+
+        problem = llamacpp_problem(base_identity.get("name", "?"))
+        here = embedded_identity() or {}
+        if problem is None and here.get("digest") != base_identity.get("digest"):
+            problem = (f"the run's base digest {str(base_identity.get('digest'))[:19]}... is not the embedded model's "
+                       f"here ({str(here.get('digest'))[:19]}...)")
+        if problem:
+            raise ConfigError(f"[eval] engine = \"llama.cpp\" cannot be used: {problem}")
+        if threads is None:
+            import torch  # the run's base is loaded: torch is imported, its thread count set by [base] threads
+            threads = torch.get_num_threads()
+        self.key = f"engine:llama.cpp-v{CONVERTER_VERSION}"
+        self.base_digest = base_identity["digest"]
+        self.threads = threads
+        self.gguf = embedded_gguf_path()
+        self.shape, self.n_vocab = read_shape(self.gguf)
+        self.tokenizer = LightTokenizer(embedded_tokenizer_dir())
+        self.stops = set(stop_token_ids(self.tokenizer))
+        self.grammars = GrammarCache(self.tokenizer, self.stops, self.n_vocab)
+        self.bitmask = np.full((1, (self.n_vocab + 31) // 32), -1, dtype=np.int32)
+        self.scratch = Path(tempfile.mkdtemp(prefix="skillbank-eval-"))
+        self.merge_seconds = 0.0
+        self.merges = 0
+        self._loaded: tuple[str, object] | None = None  # (update digest, its decoder)
+        self._width = 0
+
+    def _decoder(self, model, width: int):
+        """The decoder of the update ``model`` computes with, merged now unless it is the one loaded."""
+        from skillbank.memory.execution_llamacpp import CONTEXT_TOKENS, cached_file, reencoded_base_path
+        from skillbank.model.llamacpp import (LlamaCppDecoder, gguf_spans, merge_updates, peft_updates,
+                                              reencode_base, updates_digest)
+
+        updates = peft_updates(model, self.shape)
+        digest = updates_digest(updates) if updates else "bare"
+        if self._loaded is not None and self._loaded[0] == digest and self._width >= width:
+            return self._loaded[1]
+        self.close_decoder()
+        t0 = time.perf_counter()
+        base = reencoded_base_path(self.base_digest)
+        cached_file(base, lambda p: reencode_base(self.gguf, p), gguf_spans)  # once per machine, shared with banks
+        path = base
+        if updates:
+            path = merge_updates(updates, self.gguf, self.scratch / f"{digest}.gguf", self.shape, reencoded=base,
+                                 note="an evaluated state")
+            self.merges += 1
+        decoder = LlamaCppDecoder(path, threads=self.threads, n_ctx=CONTEXT_TOKENS, width=width)
+        if path != base:
+            path.unlink()  # mapped by llama.cpp; nothing is left behind
+        self.merge_seconds += time.perf_counter() - t0
+        self._loaded, self._width = (digest, decoder), width
+        return decoder
+
+    def generate(self, model, tokenizer, prompts: Sequence[str], *, grammars: Sequence, batch_size: int,
+                 max_new_tokens: int, progress: bool = False) -> list:
+        """Like :class:`TorchOutputs`: one :class:`~skillbank.model.generate.Generation` per prompt, in order.
+        ``tokenizer`` (the torch model's) is not used: the embedded tokenizer encodes the same ids."""
+        from skillbank.model.generate import Generation
+        from skillbank.model.prompts import encode_text
+
+        if not prompts:
+            return []
+        decoder = self._decoder(model, batch_size)
+        ids = [encode_text(self.tokenizer, p) for p in prompts]
+        matchers = [self.grammars.matcher(g) if g is not None else None for g in grammars]
+        t0, done = time.perf_counter(), [0, 0]
+
+        def tell(index, step) -> None:
+            done[0] += 1
+            done[1] += len(step.tokens)
+            if progress:
+                import sys
+                elapsed = time.perf_counter() - t0
+                print(f"\rgenerate {done[0]}/{len(prompts)}  {done[1] / max(elapsed, 1e-9):.1f} tok/s  "
+                      f"{elapsed:.0f}s elapsed", end="", file=sys.stderr, flush=True)
+
+        steps = decoder.decode_many(ids, None, max_new_tokens, self.stops, matchers, self.bitmask, width=batch_size,
+                                    on_done=tell)
+        if progress:
+            import sys
+            print(file=sys.stderr)
+        out = []
+        for step in steps:
+            body = step.tokens[:-1] if step.stopped else step.tokens
+            n = len(step.tokens)
+            out.append(Generation(self.tokenizer.decode(body, skip_special_tokens=True).strip(), n,
+                                  step.logprob / max(1, n), step.stopped, step.reason))
+        return out
+
+    def close_decoder(self) -> None:
+        if self._loaded is not None:
+            self._loaded[1].close()
+            self._loaded = None
+
+    def close(self) -> None:
+        self.close_decoder()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def outputs_engine(name: str, base_identity: dict):
+    """The engine that writes a run's outputs, by its resolved name ("torch" or "llama.cpp")."""
+    return LlamaCppOutputs(base_identity) if name == "llama.cpp" else TorchOutputs()
