@@ -72,6 +72,7 @@ def address_records(records):
 
 
 def _probe(cfg, stream, cls, name, order_name, order, mdir, final, say, progress) -> None:
+    from skillbank.continual.engines import outputs_engine
     from skillbank.continual.methods import MethodContext
     from skillbank.run_dir import write_json_atomic
     from skillbank.continual.runner import OutputCache, evaluate_stage
@@ -81,10 +82,11 @@ def _probe(cfg, stream, cls, name, order_name, order, mdir, final, say, progress
     ctx = MethodContext(base=base, train=cfg.train_config_for(name), stream=stream, order_name=order_name, order=order,
                         workdir=mdir, progress=progress, say=say, extras={"address": cfg.address.model_dump()})
     method = cls(ctx, cfg.method_params_for(name))
+    engine = outputs_engine(cfg.eval_engine(), base.identity)  # the engine the run generated with
     try:
         method.load(final / "state", len(order))
         cache = OutputCache(mdir / "outputs.jsonl", cfg.eval.batch_size, cfg.eval.max_new_tokens,
-                            catalog=stream.catalog if cfg.eval.constrain else None)
+                            catalog=stream.catalog if cfg.eval.constrain else None, engine=engine)
         t0 = time.perf_counter()
         # Scored against the untouched records: only the request text the model reads changes.
         ev = evaluate_stage(method, len(order), order, stream, cache, say, progress, split=cfg.eval.split,
@@ -93,4 +95,5 @@ def _probe(cfg, stream, cls, name, order_name, order, mdir, final, say, progress
         ev["order"] = order
         write_json_atomic(final / "address.json", ev)
     finally:
+        engine.close()
         method.close()
