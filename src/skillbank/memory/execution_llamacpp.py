@@ -149,7 +149,7 @@ class LlamaCppExecution:
 
     @staticmethod
     def base_cache() -> Path:
-        return reencoded_base_path("").parent
+        return cache_root() / "llamacpp" / "base"
 
     @property
     def base(self) -> LlamaCppDecoder:
@@ -464,7 +464,7 @@ def cached_file(path: Path, make: Callable[[Path], object], load: Callable[[Path
 def reencoded_base_path(base_digest: str) -> Path:
     """Where the embedded base re-encoded as merged models are (:func:`~skillbank.model.llamacpp.reencode_base`)
     lies on this machine: one file per base and converter version, shared by every bank and the harness."""
-    return cache_root() / "llamacpp" / "base" / f"{base_digest[:32]}-v{CONVERTER_VERSION}.gguf"
+    return LlamaCppExecution.base_cache() / f"{base_digest[:32]}-v{CONVERTER_VERSION}.gguf"
 
 
 def _cache_budget() -> int:
