@@ -219,17 +219,26 @@ class RunConfig(_Strict):
         return d
 
     def eval_engine(self) -> str:
-        """``[eval] engine`` resolved for this machine: "llama.cpp" or "torch" (``continual.engines``)."""
-        from skillbank.continual.engines import resolve_engine
+        """``[eval] engine`` resolved for this machine: "llama.cpp" or "torch" (``skillbank.continual.engines``).
+        "auto" takes llama.cpp where it runs the base on this CPU; an explicit "llama.cpp" that cannot run it is a
+        :class:`ConfigError` naming why."""
+        from skillbank.model.llamacpp import base_problem
 
         choice = self.eval.engine
+        if choice == "torch":
+            return "torch"
         if choice == "auto" and self.base.device != "cpu":
             if self.base.device != "auto":
                 return "torch"  # a GPU named: it generates faster than llama.cpp's CPU build
             import torch
             if torch.cuda.is_available():
                 return "torch"
-        return resolve_engine(choice, self.base.name)
+        problem = base_problem(self.base.name)
+        if problem is None:
+            return "llama.cpp"
+        if choice == "llama.cpp":
+            raise ConfigError(f"[eval] engine = \"llama.cpp\" cannot be used: {problem}")
+        return "torch"
 
     def save(self, directory: str | Path) -> Path:
         path = Path(directory) / "config.json"

@@ -11,7 +11,7 @@ output's key.
 
 ``[eval] engine = "auto"`` takes llama.cpp where it can run the base (the embedded GGUF model, llama-cpp-python
 installed) and torch elsewhere (another base, e.g. the paper's Qwen3-8B); the choice is resolved when the run is
-configured and saved with it, so a run is never resumed on the other engine.
+configured and saved with it (``RunConfig.eval_engine``), so a run is never resumed on the other engine.
 """
 from __future__ import annotations
 
@@ -22,33 +22,6 @@ from pathlib import Path
 from typing import Sequence
 
 from skillbank.config import ConfigError
-
-ENGINES = ("auto", "llama.cpp", "torch")
-
-
-def llamacpp_problem(base_name: str) -> str | None:
-    """Why llama.cpp cannot write the outputs of a run on base ``base_name`` here (None: it can)."""
-    from skillbank.model.embedded import EMBEDDED
-    from skillbank.model.llamacpp import available
-
-    if base_name != EMBEDDED:
-        return f"the base is {base_name!r}; llama.cpp runs the embedded GGUF model only"
-    return available()
-
-
-def resolve_engine(choice: str, base_name: str) -> str:
-    """"torch" or "llama.cpp" for ``[eval] engine = choice`` on base ``base_name``: "auto" takes llama.cpp where
-    it can run the base; an explicit "llama.cpp" that cannot is a :class:`ConfigError` naming why."""
-    if choice not in ENGINES:
-        raise ConfigError(f"[eval] engine must be one of {list(ENGINES)}, not {choice!r}")
-    if choice == "torch":
-        return "torch"
-    problem = llamacpp_problem(base_name)
-    if problem is None:
-        return "llama.cpp"
-    if choice == "llama.cpp":
-        raise ConfigError(f"[eval] engine = \"llama.cpp\" cannot be used: {problem}")
-    return "torch"
 
 
 class TorchOutputs:
@@ -82,10 +55,10 @@ class LlamaCppOutputs:
         from skillbank.model.constrain import GrammarCache
         from skillbank.model.embedded import embedded_gguf_path, embedded_identity, embedded_tokenizer_dir
         from skillbank.model.light_tokenizer import LightTokenizer
-        from skillbank.model.llamacpp import CONVERTER_VERSION, read_shape
+        from skillbank.model.llamacpp import CONVERTER_VERSION, base_problem, read_shape
         from skillbank.model.prompts import stop_token_ids
 
-        problem = llamacpp_problem(base_identity.get("name", "?"))
+        problem = base_problem(base_identity.get("name", "?"))
         here = embedded_identity() or {}
         if problem is None and here.get("digest") != base_identity.get("digest"):
             problem = (f"the run's base digest {str(base_identity.get('digest'))[:19]}... is not the embedded model's "

@@ -73,6 +73,16 @@ def available() -> str | None:
     return None
 
 
+def base_problem(base_name: str) -> str | None:
+    """Why llama.cpp cannot run base ``base_name`` (a run's ``[base] name``) here (None: it can): it runs the
+    embedded GGUF model only, and only where llama-cpp-python loads."""
+    from skillbank.model.embedded import EMBEDDED
+
+    if base_name != EMBEDDED:
+        return f"the base is {base_name!r}; llama.cpp runs the embedded GGUF model only"
+    return available()
+
+
 # -- conversion ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BaseShape:
