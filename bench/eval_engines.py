@@ -33,24 +33,18 @@ def main() -> None:
 
     from skillbank.config import RunConfig
     from skillbank.continual.engines import LlamaCppOutputs, TorchOutputs
-    from skillbank.continual.methods import MethodContext, method_class
+    from skillbank.continual.reactivation import final_method
     from skillbank.continual.runner import OutputCache, evaluate_stage
     from skillbank.metrics import task_macro
     from skillbank.model.base import load_base
-    from skillbank.run_dir import build_run_stream, stage_dir
+    from skillbank.run_dir import build_run_stream
 
     cfg = RunConfig.from_run(json.loads((args.run / "config.json").read_text()), str(args.run / "config.json"))
     stream = build_run_stream(cfg)
     order_name = args.order or cfg.eval.orders[0]
     order = stream.order(order_name)
-    mdir = args.run / "methods" / args.method
-    final = stage_dir(mdir / order_name, len(order))
     base = load_base(cfg.base_config(), progress=False)
-    ctx = MethodContext(base=base, train=cfg.train_config_for(args.method), stream=stream, order_name=order_name,
-                        order=order, workdir=mdir, progress=False, say=None,
-                        extras={"address": cfg.address.model_dump()})
-    method = method_class(args.method)(ctx, cfg.method_params_for(args.method))
-    method.load(final / "state", len(order))
+    method = final_method(cfg, stream, args.method, order_name, args.run / "methods" / args.method, base)
     engines = {"torch": TorchOutputs(), "llama.cpp": LlamaCppOutputs(base.identity)}
     seconds: dict[str, list[float]] = {name: [] for name in engines}
     results: dict[str, dict] = {}
@@ -58,8 +52,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         for r in range(args.rounds):
             for name in (list(engines) if r % 2 == 0 else list(engines)[::-1]):
-                cache = OutputCache(Path(scratch) / f"{name}-{r}.jsonl", cfg.eval.batch_size, cfg.eval.max_new_tokens,
-                                    catalog=stream.catalog if cfg.eval.constrain else None, engine=engines[name])
+                cache = OutputCache.for_run(Path(scratch) / f"{name}-{r}.jsonl", cfg, stream, engines[name])
                 t0 = time.perf_counter()
                 ev = evaluate_stage(method, len(order), order, stream, cache, split=cfg.eval.split,
                                     keep_predictions=True)

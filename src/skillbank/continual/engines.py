@@ -16,6 +16,7 @@ configured and saved with it (``RunConfig.eval_engine``), so a run is never resu
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -53,16 +54,14 @@ class LlamaCppOutputs:
         import numpy as np
 
         from skillbank.model.constrain import GrammarCache
-        from skillbank.model.embedded import embedded_gguf_path, embedded_identity, embedded_tokenizer_dir
+        from skillbank.memory.execution_llamacpp import embedded_digest_problem
+        from skillbank.model.embedded import embedded_gguf_path, embedded_tokenizer_dir
         from skillbank.model.light_tokenizer import LightTokenizer
         from skillbank.model.llamacpp import CONVERTER_VERSION, base_problem, read_shape
         from skillbank.model.prompts import stop_token_ids
 
-        problem = base_problem(base_identity.get("name", "?"))
-        here = embedded_identity() or {}
-        if problem is None and here.get("digest") != base_identity.get("digest"):
-            problem = (f"the run's base digest {str(base_identity.get('digest'))[:19]}... is not the embedded model's "
-                       f"here ({str(here.get('digest'))[:19]}...)")
+        problem = (base_problem(base_identity.get("name", "?"))
+                   or embedded_digest_problem(base_identity.get("digest"), "the run"))
         if problem:
             raise ConfigError(f"[eval] engine = \"llama.cpp\" cannot be used: {problem}")
         if threads is None:
@@ -85,9 +84,8 @@ class LlamaCppOutputs:
 
     def _decoder(self, model, width: int):
         """The decoder of the update ``model`` computes with, merged now unless it is the one loaded."""
-        from skillbank.memory.execution_llamacpp import CONTEXT_TOKENS, cached_file, reencoded_base_path
-        from skillbank.model.llamacpp import (LlamaCppDecoder, gguf_spans, merge_updates, peft_updates,
-                                              reencode_base, updates_digest)
+        from skillbank.memory.execution_llamacpp import CONTEXT_TOKENS, reencoded_base
+        from skillbank.model.llamacpp import LlamaCppDecoder, merge_updates, peft_updates, updates_digest
 
         updates = peft_updates(model, self.shape)
         digest = updates_digest(updates) if updates else "bare"
@@ -95,8 +93,7 @@ class LlamaCppOutputs:
             return self._loaded[1]
         self.close_decoder()
         t0 = time.perf_counter()
-        base = reencoded_base_path(self.base_digest)
-        cached_file(base, lambda p: reencode_base(self.gguf, p), gguf_spans)  # once per machine, shared with banks
+        base, _ = reencoded_base(self.base_digest, self.gguf)  # once per machine, shared with banks
         path = base
         if updates:
             path = merge_updates(updates, self.gguf, self.scratch / f"{digest}.gguf", self.shape, reencoded=base,
@@ -113,7 +110,7 @@ class LlamaCppOutputs:
                  max_new_tokens: int, progress: bool = False) -> list:
         """Like :class:`TorchOutputs`: one :class:`~skillbank.model.generate.Generation` per prompt, in order.
         ``tokenizer`` (the torch model's) is not used: the embedded tokenizer encodes the same ids."""
-        from skillbank.model.generate import Generation
+        from skillbank.model.generate import Generation, report_progress
         from skillbank.model.prompts import encode_text
 
         if not prompts:
@@ -126,24 +123,14 @@ class LlamaCppOutputs:
         def tell(index, step) -> None:
             done[0] += 1
             done[1] += len(step.tokens)
-            if progress:
-                import sys
-                elapsed = time.perf_counter() - t0
-                print(f"\rgenerate {done[0]}/{len(prompts)}  {done[1] / max(elapsed, 1e-9):.1f} tok/s  "
-                      f"{elapsed:.0f}s elapsed", end="", file=sys.stderr, flush=True)
+            report_progress(done[0], len(prompts), done[1], t0)
 
         steps = decoder.decode_many(ids, None, max_new_tokens, self.stops, matchers, self.bitmask, width=batch_size,
-                                    on_done=tell)
+                                    on_done=tell if progress else None)
         if progress:
-            import sys
             print(file=sys.stderr)
-        out = []
-        for step in steps:
-            body = step.tokens[:-1] if step.stopped else step.tokens
-            n = len(step.tokens)
-            out.append(Generation(self.tokenizer.decode(body, skip_special_tokens=True).strip(), n,
-                                  step.logprob / max(1, n), step.stopped, step.reason))
-        return out
+        return [Generation(step.text(self.tokenizer), len(step.tokens), step.mean_logprob, step.stopped, step.reason)
+                for step in steps]
 
     def close_decoder(self) -> None:
         if self._loaded is not None:

@@ -60,7 +60,7 @@ def reactivate(run_dir: str | Path, methods: Sequence[str] = PAPER_METHODS, orde
                 continue
             if say:
                 say(f"{name} {order_name}: final checkpoint with the correct skill address")
-            _probe(cfg, stream, cls, name, order_name, order, mdir, final, say, progress)
+            _probe(cfg, stream, name, order_name, order, mdir, final, say, progress)
             status[order_name] = "probed"
     return done
 
@@ -71,22 +71,35 @@ def address_records(records):
     return [dataclasses.replace(r, request=with_text(r.request, address_hint(r.graph.tasks))) for r in records]
 
 
-def _probe(cfg, stream, cls, name, order_name, order, mdir, final, say, progress) -> None:
+def final_method(cfg, stream, name: str, order_name: str, mdir: Path, base, say=None, progress: bool = False):
+    """Method ``name`` of a run (``cfg``, ``stream``; its directory ``mdir``) as it was after the last stage of
+    order ``order_name``, on the loaded ``base``."""
+    from skillbank.continual.methods import MethodContext, method_class
+    from skillbank.run_dir import stage_dir
+
+    order = stream.order(order_name)
+    ctx = MethodContext(base=base, train=cfg.train_config_for(name), stream=stream, order_name=order_name, order=order,
+                        workdir=mdir, progress=progress, say=say, extras={"address": cfg.address.model_dump()})
+    method = method_class(name)(ctx, cfg.method_params_for(name))
+    try:
+        method.load(stage_dir(mdir / order_name, len(order)) / "state", len(order))
+    except BaseException:
+        method.close()
+        raise
+    return method
+
+
+def _probe(cfg, stream, name, order_name, order, mdir, final, say, progress) -> None:
     from skillbank.continual.engines import outputs_engine
-    from skillbank.continual.methods import MethodContext
     from skillbank.run_dir import write_json_atomic
     from skillbank.continual.runner import OutputCache, evaluate_stage
     from skillbank.model.base import load_base
 
     base = load_base(cfg.base_config(), progress=progress)
-    ctx = MethodContext(base=base, train=cfg.train_config_for(name), stream=stream, order_name=order_name, order=order,
-                        workdir=mdir, progress=progress, say=say, extras={"address": cfg.address.model_dump()})
-    method = cls(ctx, cfg.method_params_for(name))
+    method = final_method(cfg, stream, name, order_name, mdir, base, say, progress)
     engine = outputs_engine(cfg.eval_engine(), base.identity)  # the engine the run generated with
     try:
-        method.load(final / "state", len(order))
-        cache = OutputCache(mdir / "outputs.jsonl", cfg.eval.batch_size, cfg.eval.max_new_tokens,
-                            catalog=stream.catalog if cfg.eval.constrain else None, engine=engine)
+        cache = OutputCache.for_run(mdir / "outputs.jsonl", cfg, stream, engine)
         t0 = time.perf_counter()
         # Scored against the untouched records: only the request text the model reads changes.
         ev = evaluate_stage(method, len(order), order, stream, cache, say, progress, split=cfg.eval.split,

@@ -93,6 +93,12 @@ class OutputCache:
         self.generated = 0
         self.outputs = self._read(path)
 
+    @classmethod
+    def for_run(cls, path: Path, cfg: RunConfig, stream: Stream, engine, shared: Path | None = None) -> "OutputCache":
+        """The cache a run's evaluation generates through: its ``[eval]`` batch size, cap and grammars."""
+        return cls(path, cfg.eval.batch_size, cfg.eval.max_new_tokens,
+                   catalog=stream.catalog if cfg.eval.constrain else None, shared=shared, engine=engine)
+
     @staticmethod
     def _read(path: Path) -> dict[tuple[str, str], dict]:
         out = {}
@@ -364,8 +370,7 @@ def _run_method_order(rc: RunContext, method_name: str, order_name: str, pretrai
     method = cls(ctx, cfg.method_params_for(method_name))
     shared = rc.stage_cache / "outputs.jsonl" if rc.stage_cache and cls.first_stage_group else None
     engine = outputs_engine(rc.engine, base.identity)
-    cache = OutputCache(mdir / "outputs.jsonl", cfg.eval.batch_size, cfg.eval.max_new_tokens,
-                        catalog=stream.catalog if cfg.eval.constrain else None, shared=shared, engine=engine)
+    cache = OutputCache.for_run(mdir / "outputs.jsonl", cfg, stream, engine, shared=shared)
     if finished:
         if say:
             say(f"{method_name} {order_name}: " + ("evaluating the extra sets" if finished == len(order)

@@ -46,7 +46,7 @@ from skillbank.memory.execution import (ShardOutput, copies_values, grammars_kep
                                        prompt_length_problems)
 from skillbank.memory.shard_files import shard_file_problems
 from skillbank.model.embedded import EMBEDDED, embedded_gguf_path, embedded_identity, embedded_tokenizer_dir
-from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS, GenerationStats
+from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS, GenerationStats, report_progress
 from skillbank.model.llamacpp import CONVERTER_VERSION, DRAFT_FED, LlamaCppDecoder, UnsupportedAdapter, adapter_key, \
     available, convert_lora, gguf_spans, merge_lora, read_shape, reencode_base
 from skillbank.model.prompts import prompt_ids, stop_token_ids
@@ -69,12 +69,18 @@ def llamacpp_problem(manifest) -> str | None:
     missing = available()
     if missing:
         return missing
+    return embedded_digest_problem(manifest.base.get("digest"), "the bank")
+
+
+def embedded_digest_problem(digest: str | None, subject: str) -> str | None:
+    """Why weights built on base ``digest`` (``subject``'s: "the bank", "the run") are not the embedded model
+    llama.cpp runs here (None: they are)."""
     identity = embedded_identity()
     if identity is None:
         return "the embedded model has not been converted on this machine yet (the reference engine does it once)"
-    if identity.get("digest") != manifest.base.get("digest"):
-        return (f"the bank was built on base digest {manifest.base.get('digest', '')[:19]}..., the embedded model "
-                f"here is {identity.get('digest', '')[:19]}...")
+    if identity.get("digest") != digest:
+        return (f"{subject} was built on base digest {str(digest or '')[:19]}..., the embedded model here is "
+                f"{identity.get('digest', '')[:19]}...")
     return None
 
 
@@ -166,9 +172,10 @@ class LlamaCppExecution:
         """Where the re-encoded base lies (:attr:`base`); with ``make``, made first where it is missing or is not
         a whole GGUF. A shard's merged model is this file with its adapted tensors patched in (``merge_lora``'s
         ``reencoded``): ~0.5 s a new shard instead of ~4."""
-        path = reencoded_base_path(self.base_digest)
-        if make:
-            self._cached(path, lambda p: reencode_base(self.gguf, p), gguf_spans)
+        if not make:
+            return reencoded_base_path(self.base_digest)
+        path, made = reencoded_base(self.base_digest, self.gguf)
+        self.conversions += made
         return path
 
     def _ensure(self, name: str, entry) -> tuple[LlamaCppDecoder, str | None] | None:
@@ -314,11 +321,9 @@ class LlamaCppExecution:
     def step_output(self, name: str, entry, step, constrained: bool) -> ShardOutput:
         """A decoded :class:`~skillbank.model.llamacpp.Step` as the planner reads it: text without the stop
         token, parsed in the shard's target format."""
-        body = step.tokens[:-1] if step.stopped else step.tokens
-        text = self.tokenizer.decode(body, skip_special_tokens=True).strip()
+        text = step.text(self.tokenizer)
         parsed = decode_output(text, entry.target_format, entry.family_prefix, stopped=step.stopped, reason=step.reason)
-        n = len(step.tokens)
-        return ShardOutput(name, text, parsed, n, step.logprob / max(1, n), step.stopped, constrained)
+        return ShardOutput(name, text, parsed, len(step.tokens), step.mean_logprob, step.stopped, constrained)
 
     def _cached(self, path: Path, make: Callable[[Path], object], load: Callable[[Path], object]):
         """:func:`cached_file`, counting the conversions it makes."""
@@ -414,9 +419,7 @@ class LlamaCppExecution:
                     done[1] += results[i].n_tokens
                 done[0] += len(idx)
                 if progress:
-                    elapsed = time.perf_counter() - t0
-                    print(f"\rgenerate {done[0]}/{len(requests)}  {done[1] / elapsed:.1f} tok/s  {elapsed:.0f}s elapsed",
-                          end="", file=sys.stderr, flush=True)
+                    report_progress(done[0], len(requests), done[1], t0)
 
         # The largest groups first: with lanes side by side, the last lane to finish then has the least left.
         order = sorted(groups.items(), key=lambda kv: -len(kv[1]))
@@ -465,6 +468,14 @@ def reencoded_base_path(base_digest: str) -> Path:
     """Where the embedded base re-encoded as merged models are (:func:`~skillbank.model.llamacpp.reencode_base`)
     lies on this machine: one file per base and converter version, shared by every bank and the harness."""
     return LlamaCppExecution.base_cache() / f"{base_digest[:32]}-v{CONVERTER_VERSION}.gguf"
+
+
+def reencoded_base(base_digest: str, gguf: Path) -> tuple[Path, int]:
+    """:func:`reencoded_base_path`, the file made from the shipped ``gguf`` first where it is missing or is not a
+    whole GGUF; and how many times it was made (:func:`cached_file`)."""
+    path = reencoded_base_path(base_digest)
+    _, made = cached_file(path, lambda p: reencode_base(gguf, p), gguf_spans)
+    return path, made
 
 
 def _cache_budget() -> int:

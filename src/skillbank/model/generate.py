@@ -57,6 +57,14 @@ class GenerationStats:
         return self.generated_tokens / self.seconds if self.seconds else 0.0
 
 
+def report_progress(finished: int, total: int, tokens: int, t0: float) -> None:
+    """The one-line generation progress every decoder prints to stderr (outputs done, tokens/s, seconds), redrawn
+    in place; the caller ends it with a newline."""
+    elapsed = max(time.perf_counter() - t0, 1e-9)
+    print(f"\rgenerate {finished}/{total}  {tokens / elapsed:.1f} tok/s  {elapsed:.0f}s elapsed", end="",
+          file=sys.stderr, flush=True)
+
+
 def _inference_mode(fn):
     """``torch.inference_mode`` imported at call time: this module's constants and result types are read by
     the llama.cpp path, which never imports torch."""
@@ -139,9 +147,7 @@ def generate(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
             done_tokens += d.n_tokens
             finished += 1
             if progress:
-                elapsed = time.perf_counter() - t0
-                print(f"\rgenerate {finished}/{len(prompts)}  {done_tokens / elapsed:.1f} tok/s  "
-                      f"{elapsed:.0f}s elapsed", end="", file=sys.stderr, flush=True)
+                report_progress(finished, len(prompts), done_tokens, t0)
     if progress:
         print(file=sys.stderr)
     if stats is not None:

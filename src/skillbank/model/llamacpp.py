@@ -543,6 +543,16 @@ class Step:
     logprob: float  # summed, natural log, unconstrained
     reason: str | None = None
 
+    def text(self, tokenizer) -> str:
+        """The output as the planner and the harness read it: decoded without special tokens or the stop token."""
+        body = self.tokens[:-1] if self.stopped else self.tokens
+        return tokenizer.decode(body, skip_special_tokens=True).strip()
+
+    @property
+    def mean_logprob(self) -> float:
+        """Mean natural-log probability per generated token, the stop token included (as the reference reports)."""
+        return self.logprob / max(1, len(self.tokens))
+
 
 def _shape_of(L, model) -> BaseShape:
     """The shape from the GGUF's metadata (present even when llama.cpp loaded the vocabulary only)."""
