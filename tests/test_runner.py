@@ -527,6 +527,14 @@ def test_run_one_method_of_a_config_that_tunes_several(tmp_path, monkeypatch):
     assert cfg.base.threads == 1  # compare.sh's THREADS=1, without a copy of the config
     assert cfg.method_params_for("lwf").weight == RunConfig.from_toml(compare).method_params_for("lwf").weight
 
+    # --extra-set adds to [eval] extra_sets (outside the identity: a finished run only evaluates it), once each
+    own = RunConfig.from_toml(compare).eval.extra_sets
+    r = CliRunner().invoke(app, ["exp", "run", "--config", str(compare), "--out", str(tmp_path / "c"), "--method", "fsm",
+                                 "--extra-set", "more.jsonl", "--extra-set", "more.jsonl", "--extra-set", own[0]])
+    assert isinstance(r.exception, Started), r.output
+    assert started[-1].eval.extra_sets == own + ["more.jsonl"]
+    assert started[-1].eval.orders == RunConfig.from_toml(compare).eval.orders
+
     bad = tmp_path / "bad.toml"
     bad.write_text('methods = ["sft"]\n[method_train.lwf]\nlr = 1e-3\n')
     r = CliRunner().invoke(app, ["exp", "run", "--config", str(bad), "--out", str(tmp_path / "b")])

@@ -12,7 +12,7 @@ from skillbank.cli.common import err, friendly_errors, out, pct
 
 def _run(config_path: Path, out_dir: Path, methods: list[str] | None = None, orders: list[str] | None = None,
          restart: bool = False, parallel_stages: int | None = None, report: bool = True,
-         threads: int | None = None) -> None:
+         threads: int | None = None, extra_sets: list[Path] | None = None) -> None:
     from skillbank.config import RunConfig
     from skillbank.continual.runner import run as run_all
     cfg = RunConfig.from_toml(config_path)
@@ -22,8 +22,11 @@ def _run(config_path: Path, out_dir: Path, methods: list[str] | None = None, ord
         # the other methods' settings stay in the config file: one process per method is the usual way to run it
         update["method_params"] = {k: v for k, v in cfg.method_params.items() if k in methods}
         update["method_train"] = {k: v for k, v in cfg.method_train.items() if k in methods}
-    if orders:
-        update["eval"] = cfg.eval.model_copy(update={"orders": orders})
+    if orders or extra_sets:
+        evals = {"orders": orders} if orders else {}
+        if extra_sets:  # outside a run's identity: a finished run rerun with a set added only evaluates it
+            evals["extra_sets"] = list(dict.fromkeys(cfg.eval.extra_sets + [str(p) for p in extra_sets]))
+        update["eval"] = cfg.eval.model_copy(update=evals)
     if parallel_stages:
         update["runner"] = cfg.runner.model_copy(update={"parallel_stages": parallel_stages})
     if threads is not None:
@@ -66,12 +69,15 @@ def run(config: Path = typer.Option(..., help="Run configuration (TOML), e.g. co
         write_report: bool = typer.Option(True, "--report/--no-report", help="Render the report at the end (off "
                                           "when several processes fill one run directory: run `skillbank exp report` once)."),
         threads: Optional[int] = typer.Option(None, min=1, help="Torch threads for this process (overrides \\[base] "
-                                              "threads; not part of a run's identity).")):
+                                              "threads; not part of a run's identity)."),
+        extra_set: Optional[list[Path]] = typer.Option(None, "--extra-set", help="Also evaluate the final state on "
+                                                       "this records file (repeatable; added to \\[eval] extra_sets, "
+                                                       "outside a run's identity: a finished run only evaluates it).")):
     """Train methods over a benchmark stream, evaluate every prefix, write results and a report.
 
     An interrupted run continues from its last finished stage when rerun with the same --out. Under
     `accelerate launch -m skillbank exp run ...` training uses every process's GPU."""
-    _run(config, out_dir, method, order, restart, parallel_stages, write_report, threads)
+    _run(config, out_dir, method, order, restart, parallel_stages, write_report, threads, extra_set)
 
 
 @friendly_errors
