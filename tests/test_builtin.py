@@ -202,3 +202,15 @@ def test_save_load_round_trip(stream, tmp_path):
     for key in stream.family_keys:
         assert [r.to_dict() for r in loaded.train[key]] == [r.to_dict() for r in stream.train[key]]
         assert [r.to_dict() for r in loaded.test[key]] == [r.to_dict() for r in stream.test[key]]
+
+
+def test_more_held_out_requests_leave_the_training_and_earlier_held_out_records_as_they_were():
+    """scripts/more_heldout.py and exp run --extra-set rely on it: a finished run is measured again on the stream's
+    next held-out requests, which must be new to it (not trained on, not among the ones it was measured on)."""
+    own = build_builtin_stream(seed=0, train_per_family=20, test_per_family=5)
+    more = build_builtin_stream(seed=0, train_per_family=20, test_per_family=25)
+    for key in own.family_keys:
+        assert [r.request for r in more.train[key]] == [r.request for r in own.train[key]]
+        assert [r.request for r in more.test[key][:5]] == [r.request for r in own.test[key]]
+        seen = {r.request for r in own.train[key]} | {r.request for r in own.test[key]}
+        assert not seen & {r.request for r in more.test[key][5:]}
