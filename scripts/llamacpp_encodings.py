@@ -1,0 +1,112 @@
+"""How fast does llama.cpp decode the embedded base stored in each weight encoding, at batch 1 and batch 16?
+
+The llama.cpp engine stores every merged model's matrices as Q8_0 (``skillbank.model.llamacpp._reencoded``), chosen
+when Q8_0's tiled kernels ran batches about twice as fast as the shipped Q4_1 file. CPUs with AVX512-BF16 (this
+project's AMD EPYC) also have fast BF16 and F16 matrix kernels in llama.cpp, at twice Q8_0's bytes. This writes the
+base again with its quantized matrices as Q8_0, F16 and BF16 (values dequantized from the shipped Q4_1 file, nothing
+else changed), and decodes the same prompts (the bank's hand-written requests under the shard instruction) for
+exactly ``--tokens`` tokens each, no grammar, no stop token, the encodings in turn within each round. Printed: each
+encoding's tokens/s (median round) and its ratio to Q8_0's. Speed only: what an encoding does to plans' EM is
+``bench/engine_parity.py``'s question once an engine uses it.
+
+    .venv/bin/python scripts/llamacpp_encodings.py --bank runs/demo-engine/methods/fsm/bank --threads 2
+
+Why a script: one measurement for a decision (which encoding the engine's merged models should use), not a feature.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from latency import _decode_rows, _rows_decoder, bank_requests  # noqa: E402
+
+
+def rewrite(src: Path, out: Path, kind: str) -> Path:
+    """``src`` with every quantized matrix stored as ``kind`` (q8_0 | f16 | bf16); other tensors keep their bytes."""
+    from gguf import GGMLQuantizationType as Q, GGUFValueType, Keys
+    from gguf.quants import dequantize, quantize
+
+    from skillbank.model.llamacpp import _read_gguf, _write_gguf, read_shape
+
+    arch = read_shape(src)[0].arch
+    st = os.stat(src)
+    reader = _read_gguf(str(src), st.st_mtime_ns, st.st_size)
+    target = {"q8_0": Q.Q8_0, "f16": Q.F16, "bf16": Q.BF16}[kind]
+
+    def fill(writer) -> None:
+        for field in reader.fields.values():
+            if field.name == Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+                continue  # written by GGUFWriter itself
+            k = field.types[0]
+            writer.add_key_value(field.name, field.contents(), k,
+                                 sub_type=field.types[-1] if k == GGUFValueType.ARRAY else None)
+        for t in reader.tensors:
+            if len(t.shape) < 2 or t.tensor_type in (Q.F32, Q.F16, Q.BF16, target):
+                writer.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+                continue
+            weight = dequantize(t.data, t.tensor_type)
+            if kind == "f16":
+                writer.add_tensor(t.name, weight.astype(np.float16))
+            else:
+                writer.add_tensor(t.name, quantize(weight, target), raw_dtype=target)
+
+    return _write_gguf(out, arch, fill)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bank", required=True, help="whose hand-written requests and instruction to decode")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=31)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+
+    from skillbank.model.embedded import embedded_gguf_path, embedded_tokenizer_dir
+    from skillbank.model.light_tokenizer import LightTokenizer
+    from skillbank.model.prompts import prompt_ids
+
+    bank = Path(args.bank)
+    instruction = json.loads((bank / "bank.json").read_text())["shards"][0]["system_prompt"]
+    tok = LightTokenizer(embedded_tokenizer_dir())
+    rows = [(prompt_ids(tok, r, instruction), args.tokens) for r in bank_requests(bank)[:48]]
+    src = embedded_gguf_path()
+    scratch = Path(tempfile.mkdtemp(prefix="skillbank-encodings-"))
+    files = {"q4_1 (shipped)": src}
+    for kind in ("q8_0", "f16", "bf16"):
+        files[kind] = rewrite(src, scratch / f"{kind}.gguf", kind)
+    report = {"threads": args.threads, "tokens": args.tokens, "rounds": args.rounds,
+              "size_mb": {k: round(os.path.getsize(v) / 1e6) for k, v in files.items()}, "tokens_per_s": {}}
+    print("sizes:", ", ".join(f"{k} {v} MB" for k, v in report["size_mb"].items()))
+    for width, use in ((1, rows[:8]), (16, rows)):
+        decoders = {k: _rows_decoder(v, args.threads, width) for k, v in files.items()}
+        timed: dict[str, list[float]] = {}
+        for _ in range(args.rounds):
+            for k, dec in decoders.items():
+                wall, _, n = _decode_rows(dec, use, width)
+                timed.setdefault(k, []).append(n / wall)
+        ref = statistics.median(timed["q8_0"])
+        for k, xs in timed.items():
+            med = statistics.median(xs)
+            report["tokens_per_s"][f"{k} batch {width}"] = {"median": round(med, 1), "rounds": [round(x, 1) for x in xs]}
+            print(f"batch {width:>2} {k:<15} {med:6.1f} tokens/s  {med / ref:.2f}x Q8_0   rounds {[round(x, 1) for x in xs]}")
+        for dec in decoders.values():
+            dec.close()
+    for path in scratch.iterdir():
+        path.unlink()
+    scratch.rmdir()
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
