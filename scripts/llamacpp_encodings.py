@@ -31,10 +31,10 @@ from latency import _decode_rows, _rows_decoder, bank_requests  # noqa: E402
 
 def rewrite(src: Path, out: Path, kind: str) -> Path:
     """``src`` with every quantized matrix stored as ``kind`` (q8_0 | f16 | bf16); other tensors keep their bytes."""
-    from gguf import GGMLQuantizationType as Q, GGUFValueType, Keys
+    from gguf import GGMLQuantizationType as Q
     from gguf.quants import dequantize, quantize
 
-    from skillbank.model.llamacpp import _read_gguf, _write_gguf, read_shape
+    from skillbank.model.llamacpp import _read_gguf, _write_gguf, copy_fields, read_shape
 
     arch = read_shape(src)[0].arch
     st = os.stat(src)
@@ -42,12 +42,7 @@ def rewrite(src: Path, out: Path, kind: str) -> Path:
     target = {"q8_0": Q.Q8_0, "f16": Q.F16, "bf16": Q.BF16}[kind]
 
     def fill(writer) -> None:
-        for field in reader.fields.values():
-            if field.name == Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
-                continue  # written by GGUFWriter itself
-            k = field.types[0]
-            writer.add_key_value(field.name, field.contents(), k,
-                                 sub_type=field.types[-1] if k == GGUFValueType.ARRAY else None)
+        copy_fields(reader, writer)
         for t in reader.tensors:
             if len(t.shape) < 2 or t.tensor_type in (Q.F32, Q.F16, Q.BF16, target):
                 writer.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)

@@ -315,22 +315,29 @@ def reencode_base(base_gguf: str | os.PathLike, out: str | os.PathLike) -> Path:
     return _rewrite(base_gguf, out, shape.arch, {}, "q8_0", note="")
 
 
+def copy_fields(reader, writer) -> None:
+    """Every metadata field of a gguf-py ``reader`` into ``writer``, but those GGUFWriter writes itself."""
+    from gguf import GGUFValueType, Keys
+
+    for field in reader.fields.values():
+        if field.name == Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue  # written by GGUFWriter itself
+        kind = field.types[0]
+        writer.add_key_value(field.name, field.contents(), kind,
+                             sub_type=field.types[-1] if kind == GGUFValueType.ARRAY else None)
+
+
 def _rewrite(base_gguf, out, arch: str, updates: dict, weights: str, note: str) -> Path:
     """Write ``base_gguf`` again at ``out`` (atomically): each tensor in ``updates`` with its B·A added, every
     other quantized matrix re-encoded as Q8_0 (:func:`_reencoded`), the rest as they are."""
-    from gguf import GGMLQuantizationType, GGUFValueType, Keys
+    from gguf import GGMLQuantizationType
     from gguf.quants import dequantize, quantize
 
     stat = os.stat(base_gguf)
     reader = _read_gguf(str(base_gguf), stat.st_mtime_ns, stat.st_size)
 
     def fill(writer) -> None:
-        for field in reader.fields.values():
-            if field.name == Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
-                continue  # written by GGUFWriter itself
-            kind = field.types[0]
-            writer.add_key_value(field.name, field.contents(), kind,
-                                 sub_type=field.types[-1] if kind == GGUFValueType.ARRAY else None)
+        copy_fields(reader, writer)
         if note:
             writer.add_string("skillbank.merged_lora", note)
         for tensor in reader.tensors:
