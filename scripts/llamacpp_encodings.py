@@ -29,12 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from latency import _decode_rows, _rows_decoder, bank_requests  # noqa: E402
 
 
-def rewrite(src: Path, out: Path, kind: str) -> Path:
-    """``src`` with every quantized matrix stored as ``kind`` (q8_0 | f16 | bf16); other tensors keep their bytes."""
+def rewrite(src: Path, out: Path, kind: str, updates: dict | None = None) -> Path:
+    """``src`` with every quantized matrix stored as ``kind`` (q8_0 | f16 | bf16), each tensor of ``updates`` (a
+    shard's LoRA, llama.cpp name -> (A, B)) with its B A added first; other tensors keep their bytes."""
     from gguf import GGMLQuantizationType as Q
     from gguf.quants import dequantize, quantize
 
-    from skillbank.model.llamacpp import _read_gguf, _write_gguf, copy_fields, read_shape
+    from skillbank.model.llamacpp import _read_gguf, _with_update, _write_gguf, copy_fields, read_shape
 
     arch = read_shape(src)[0].arch
     st = os.stat(src)
@@ -44,10 +45,12 @@ def rewrite(src: Path, out: Path, kind: str) -> Path:
     def fill(writer) -> None:
         copy_fields(reader, writer)
         for t in reader.tensors:
-            if len(t.shape) < 2 or t.tensor_type in (Q.F32, Q.F16, Q.BF16, target):
+            update = (updates or {}).get(t.name)
+            if update is None and (len(t.shape) < 2 or t.tensor_type in (Q.F32, Q.F16, Q.BF16, target)):
                 writer.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
                 continue
-            weight = dequantize(t.data, t.tensor_type)
+            weight = (dequantize(t.data, t.tensor_type) if update is None
+                      else _with_update(src, t.name, t.data, t.tensor_type, update))
             if kind == "f16":
                 writer.add_tensor(t.name, weight.astype(np.float16))
             else:
@@ -56,14 +59,76 @@ def rewrite(src: Path, out: Path, kind: str) -> Path:
     return _write_gguf(out, arch, fill)
 
 
+def parity(bank_dir: Path, threads: int, batch: int) -> dict:
+    """Graph EM of every shard of ``bank_dir`` on its family's held-out template requests (the demo stream's), its
+    update merged into the base stored as Q8_0 (the engine's form) and as BF16; decoded by llama.cpp under the
+    shard's grammar (the harness's llama.cpp engine with its merge swapped for :func:`rewrite`)."""
+    import skillbank.model.llamacpp as llamacpp
+    from skillbank.continual.engines import LlamaCppOutputs
+    from skillbank.data.builtin import build_builtin_stream
+    from skillbank.memory.bank import SkillBank
+    from skillbank.metrics import score_example
+    from skillbank.model.constrain import SkillSpec, build_grammar
+    from skillbank.model.prompts import render_prompt
+    from skillbank.model.serialization import decode_output
+
+    bank = SkillBank.open(bank_dir, engine="torch")
+    base = bank.execution.base
+    stream = build_builtin_stream(seed=0, train_per_family=200, test_per_family=50)  # the demo's stream
+    catalog = stream.catalog
+    merge = llamacpp.merge_updates
+    out: dict = {}
+    texts: dict = {}
+    for kind in ("q8_0", "bf16"):
+        if kind == "bf16":  # the harness engine merges through this name: a BF16 file instead
+            llamacpp.merge_updates = lambda updates, gguf, path, shape, **kw: rewrite(Path(gguf), Path(path), "bf16",
+                                                                                      dict(updates))
+        engine = LlamaCppOutputs(base.identity, threads=threads)
+        try:
+            for entry in bank.manifest.shards:
+                records = stream.test[entry.name]
+                specs = [SkillSpec(k, catalog.skills[k].argument_names,
+                                   tuple(a.name for a in catalog.skills[k].arguments if a.required))
+                         for k in sorted(entry.skills)]
+                grammar = build_grammar(specs, entry.target_format, entry.family_prefix)
+                prompts = [render_prompt(base.tokenizer, r.request, entry.system_prompt) for r in records]
+                model = bank.execution.activate(entry.name)
+                gens = engine.generate(model, base.tokenizer, prompts, grammars=[grammar] * len(prompts),
+                                       batch_size=batch, max_new_tokens=256)
+                em = [score_example(r.graph, decode_output(g.text, entry.target_format, entry.family_prefix,
+                                                            stopped=g.stopped, reason=g.reason).graph).graph_em
+                      for r, g in zip(records, gens)]
+                out.setdefault(entry.name, {})[kind] = round(100 * sum(em) / len(em), 1)
+                texts.setdefault(entry.name, {})[kind] = [g.text for g in gens]
+                print(f"{entry.name:<28} {kind:<5} EM {out[entry.name][kind]:.1f}", flush=True)
+        finally:
+            engine.close()
+            llamacpp.merge_updates = merge
+    for name, t in texts.items():
+        out[name]["same_text"] = round(sum(a == b for a, b in zip(t["q8_0"], t["bf16"])) / len(t["q8_0"]), 3)
+    for kind in ("q8_0", "bf16"):
+        out.setdefault("macro", {})[kind] = round(sum(v[kind] for k, v in out.items() if k != "macro") / len(texts), 1)
+    print(f"macro EM: Q8_0 {out['macro']['q8_0']:.1f}, BF16 {out['macro']['bf16']:.1f}; same text "
+          + ", ".join(f"{k} {v['same_text']:.0%}" for k, v in out.items() if k != "macro"))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bank", required=True, help="whose hand-written requests and instruction to decode")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=31)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--parity", action="store_true", help="instead: EM of the bank's shards merged as Q8_0 and as "
+                    "BF16 on the demo stream's held-out requests (the bank must be the demo's)")
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.parity:
+        report = parity(Path(args.bank), args.threads, 16)
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+        return
 
     from skillbank.model.embedded import embedded_gguf_path, embedded_tokenizer_dir
     from skillbank.model.light_tokenizer import LightTokenizer
