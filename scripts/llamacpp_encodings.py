@@ -67,10 +67,7 @@ def parity(bank_dir: Path, threads: int, batch: int) -> dict:
     from skillbank.continual.engines import LlamaCppOutputs
     from skillbank.data.builtin import build_builtin_stream
     from skillbank.memory.bank import SkillBank
-    from skillbank.metrics import score_example
-    from skillbank.model.constrain import SkillSpec, build_grammar
-    from skillbank.model.prompts import render_prompt
-    from skillbank.model.serialization import decode_output
+    from target_names_probe import oracle_outputs  # scripts/, beside this one
 
     bank = SkillBank.open(bank_dir, engine="torch")
     base = bank.execution.base
@@ -86,20 +83,10 @@ def parity(bank_dir: Path, threads: int, batch: int) -> dict:
         engine = LlamaCppOutputs(base.identity, threads=threads)
         try:
             for entry in bank.manifest.shards:
-                records = stream.test[entry.name]
-                specs = [SkillSpec(k, catalog.skills[k].argument_names,
-                                   tuple(a.name for a in catalog.skills[k].arguments if a.required))
-                         for k in sorted(entry.skills)]
-                grammar = build_grammar(specs, entry.target_format, entry.family_prefix)
-                prompts = [render_prompt(base.tokenizer, r.request, entry.system_prompt) for r in records]
-                model = bank.execution.activate(entry.name)
-                gens = engine.generate(model, base.tokenizer, prompts, grammars=[grammar] * len(prompts),
-                                       batch_size=batch, max_new_tokens=256)
-                em = [score_example(r.graph, decode_output(g.text, entry.target_format, entry.family_prefix,
-                                                            stopped=g.stopped, reason=g.reason).graph).graph_em
-                      for r, g in zip(records, gens)]
+                em, texts.setdefault(entry.name, {})[kind] = oracle_outputs(
+                    engine, bank.execution.activate(entry.name), base.tokenizer, catalog, entry.skills,
+                    stream.test[entry.name], entry.target_format, entry.family_prefix, entry.system_prompt, batch)
                 out.setdefault(entry.name, {})[kind] = round(100 * sum(em) / len(em), 1)
-                texts.setdefault(entry.name, {})[kind] = [g.text for g in gens]
                 print(f"{entry.name:<28} {kind:<5} EM {out[entry.name][kind]:.1f}", flush=True)
         finally:
             engine.close()

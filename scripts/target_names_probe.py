@@ -30,7 +30,6 @@ from pathlib import Path
 
 from skillbank.config import RunConfig
 from skillbank.data.builtin import build_builtin_stream
-from skillbank.graph import TaskGraph
 from skillbank.metrics import score_example
 from skillbank.model.base import load_base
 from skillbank.model.constrain import SkillSpec, build_grammar
@@ -39,18 +38,23 @@ from skillbank.model.serialization import decode_output, encode
 from skillbank.train.executor import common_prefix, train_executor
 
 
-def evaluate(engine, base, cfg, catalog, family: str, records, prefix: str, batch: int) -> dict:
-    skills = sorted(catalog.family(family).skills)
-    specs = [SkillSpec(s, catalog.skills[s].argument_names,
-                       tuple(a.name for a in catalog.skills[s].arguments if a.required)) for s in skills]
-    grammar = build_grammar(specs, cfg.target_format, prefix)
-    prompts = [render_prompt(base.tokenizer, r.request, cfg.system_prompt) for r in records]
-    t0 = time.perf_counter()
-    outs = engine.generate(base.peft, base.tokenizer, prompts, grammars=[grammar] * len(prompts), batch_size=batch,
-                           max_new_tokens=256, progress=True)
-    em = [score_example(r.graph, decode_output(o.text, cfg.target_format, prefix, stopped=o.stopped,
-                                               reason=o.reason).graph).graph_em
+def oracle_outputs(engine, model, tokenizer, catalog, skills, records, fmt: str, prefix: str, system_prompt: str,
+                   batch: int, progress: bool = False) -> tuple[list[float], list[str]]:
+    """Each record's graph EM and output text: ``model`` (its active adapters) decoded by ``engine`` (the harness's
+    :class:`~skillbank.continual.engines.LlamaCppOutputs`) under the grammar of ``skills``, read in ``fmt``."""
+    grammar = build_grammar([SkillSpec.of(catalog.skills[s]) for s in sorted(skills)], fmt, prefix)
+    prompts = [render_prompt(tokenizer, r.request, system_prompt) for r in records]
+    outs = engine.generate(model, tokenizer, prompts, grammars=[grammar] * len(prompts), batch_size=batch,
+                           max_new_tokens=256, progress=progress)
+    em = [score_example(r.graph, decode_output(o.text, fmt, prefix, stopped=o.stopped, reason=o.reason).graph).graph_em
           for r, o in zip(records, outs)]
+    return em, [o.text for o in outs]
+
+
+def evaluate(engine, base, cfg, catalog, family: str, records, prefix: str, batch: int) -> dict:
+    t0 = time.perf_counter()
+    em, _ = oracle_outputs(engine, base.peft, base.tokenizer, catalog, catalog.family(family).skills, records,
+                           cfg.target_format, prefix, cfg.system_prompt, batch, progress=True)
     return {"em": 100 * sum(em) / len(em), "n": len(em), "seconds": round(time.perf_counter() - t0, 1),
             "per_request": em}
 

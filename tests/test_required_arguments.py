@@ -58,5 +58,9 @@ def test_required_arguments_are_read_from_skills_json():
     specs, complete = specs_from_skills_json({"skills": ["A::f::x"], "specs": [{"id": "A::f::x", "arguments": [
         {"name": "q", "required": True}, {"name": "lang"}]}]}, "s.json")
     assert complete and specs == [SkillSpec("A::f::x", ("q", "lang"), ("q",))]
+    # the harness's grammars come from the catalog: the same spec from a catalog skill
+    from skillbank.data.catalog import ArgSpec, Skill
+    skill = Skill("A::f::x", "f", "x", arguments=(ArgSpec("q", required=True), ArgSpec("lang")))
+    assert SkillSpec.of(skill) == specs[0]
     with pytest.raises(ModelError, match=r"required argument\(s\) \['z'\] are not among its arguments"):
         SkillSpec("A::f::x", ("q",), ("z",))

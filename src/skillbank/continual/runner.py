@@ -130,9 +130,7 @@ class OutputCache:
         key = (query.skills, query.fmt, query.prefix)
         if key not in self._grammars:
             from skillbank.model.constrain import SkillSpec, build_grammar
-            specs = [SkillSpec(s, self.catalog.skills[s].argument_names,
-                               tuple(a.name for a in self.catalog.skills[s].arguments if a.required))
-                     for s in query.skills]
+            specs = [SkillSpec.of(self.catalog.skills[s]) for s in query.skills]
             self._grammars[key] = build_grammar(specs, query.fmt, query.prefix)
         return self._grammars[key]
 

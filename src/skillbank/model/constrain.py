@@ -71,6 +71,11 @@ class SkillSpec:
     arguments: tuple[str, ...] | None = None
     required: tuple[str, ...] = ()
 
+    @classmethod
+    def of(cls, skill) -> "SkillSpec":
+        """A catalog skill (:class:`skillbank.data.catalog.Skill`) as the grammar sees it."""
+        return cls(skill.id, skill.argument_names, tuple(a.name for a in skill.arguments if a.required))
+
     def __post_init__(self):
         object.__setattr__(self, "required", tuple(self.required))
         stray = [r for r in self.required if self.arguments is None or r not in self.arguments]
