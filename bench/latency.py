@@ -16,8 +16,9 @@ One run reports, for hand-written requests (tests/fixtures/paraphrase_builtin*.j
   counts (a static batch runs to its longest row), and llama.cpp on the base's GGUF when ``llama_cpp``
   (llama-cpp-python) is importable: one request at a time, and the bank's batches as many sequences per
   forward pass (what ``llama-batched-bench`` measures) - on the shipped Q4_1 file (the targets' reference) and
-  again on the base re-encoded as Q8_0, the encoding the engine's merged models use (its batched kernels are
-  about twice as fast here), so a reader sees what the encoding buys and what the engine's own loop does;
+  again on the base re-encoded as the engine's merged models are (``skillbank.model.llamacpp.encoding_for``: Q8_0
+  for one request, BF16 for batches where the CPU has BF16 dot products), so a reader sees what the encodings buy
+  and what the engine's own loop does;
 - the ratios the speed targets are stated in; batch 1 and batch 16 against llama.cpp are also timed alternated
   with llama.cpp (request by request, round by round), so that a host whose speed drifts slows both alike.
 
@@ -339,24 +340,30 @@ def warm(args, requests: list[str], skip: set, engine: str) -> dict:
                 if size:
                     out[f"batch{size}_paired"] = paired_batched(bank, batches[size], rows[size], size, threads, cap,
                                                                 args.paired_rounds)
-                out["llama_cpp_q8_0"] = q8_0_reference(prompts, rows, threads, args.batch_rounds)
+                out["llama_cpp_reencoded"] = reencoded_reference(prompts, rows, threads, args.batch_rounds)
     return out
 
 
-def q8_0_reference(prompts: list[tuple[list[int], int]], rows: dict, threads: int, rounds: int) -> dict:
-    """llama.cpp on the base with its Q4_1 matrices re-encoded as Q8_0, the encoding the engine's merged models
-    use (:func:`skillbank.model.llamacpp.reencode_base`): the same rows again, to tell what the encoding's
-    kernels buy from what the engine's loop does. The issue's ratios stay against the shipped file."""
+def reencoded_reference(prompts: list[tuple[list[int], int]], rows: dict, threads: int, rounds: int) -> dict:
+    """llama.cpp on the base re-encoded as the engine's merged models are (:func:`skillbank.model.llamacpp
+    .reencode_base`; one request at a time in :func:`~skillbank.model.llamacpp.encoding_for`'s one-row encoding,
+    the batches in its batched one): the same rows again, to tell what the encodings' kernels buy from what the
+    engine's loop does. The issue's ratios stay against the shipped file."""
     from skillbank.model.embedded import embedded_gguf_path
-    from skillbank.model.llamacpp import reencode_base
+    from skillbank.model.llamacpp import encoding_for, reencode_base
 
-    with tempfile.TemporaryDirectory(prefix="latency-q8-") as tmp:
-        path = reencode_base(embedded_gguf_path(), Path(tmp) / "base-q8_0.gguf")
-        label = "llama.cpp, base re-encoded as Q8_0"
-        run = llama_runner(None, threads, path)
-        out = llama_reference(run, prompts, threads, label)
-        out.update(llama_batched_reference(rows, threads, path, label, rounds))
-        del run
+    one, many = encoding_for(1), encoding_for(16)
+    out: dict = {"encoding_batch1": one, "encoding_batched": many}
+    with tempfile.TemporaryDirectory(prefix="latency-reencoded-") as tmp:
+        for encoding in dict.fromkeys((one, many)):
+            path = reencode_base(embedded_gguf_path(), Path(tmp) / f"base-{encoding}.gguf", encoding)
+            label = f"llama.cpp, base re-encoded as {encoding.upper()}"
+            if encoding == one:
+                run = llama_runner(None, threads, path)
+                out.update(llama_reference(run, prompts, threads, label))
+                del run
+            if encoding == many:
+                out.update(llama_batched_reference(rows, threads, path, label, rounds))
     return out
 
 
@@ -590,7 +597,7 @@ def ratios(report: dict) -> list[str]:
     refs: dict = {}
     for row in engines.values():
         refs.update({k: v for k, v in row.items()
-                     if k in ("llama_cpp", "llama_cpp_q8_0", "hf_float32", "hf_bfloat16") and v})
+                     if k in ("llama_cpp", "llama_cpp_reencoded", "hf_float32", "hf_bfloat16") and v})
 
     def ref(key: str, field: str) -> float | None:
         return (refs.get(key) or {}).get(field)
@@ -620,13 +627,16 @@ def ratios(report: dict) -> list[str]:
         elif llama_b16 and b16:
             lines.append(f"  batch-16 tokens/s / llama.cpp batch-16 (same rows and counts, many sequences per "
                          f"forward pass): {b16 / llama_b16:.2f}x  [>= 1.5x]")
-        q8_b1, q8_b16 = ref("llama_cpp_q8_0", "batch1_tokens_per_s"), ref("llama_cpp_q8_0", "batch16_tokens_per_s")
+        re_b1, re_b16 = ref("llama_cpp_reencoded", "batch1_tokens_per_s"), ref("llama_cpp_reencoded",
+                                                                                "batch16_tokens_per_s")
+        one, many = (str(ref("llama_cpp_reencoded", f"encoding_{k}") or "?").upper() for k in ("batch1", "batched"))
         b1f, b1c = tps("batch1_free"), tps("batch1_copy")
         for label, num, den, target in (  # (what, numerator, denominator, target) of each plain ratio
                 ("batch-16 tokens/s / llama.cpp batch-1", b16, llama, ""),
-                ("batch-1 plan time / llama.cpp's on the base re-encoded as Q8_0 (our merged models' encoding; "
-                 "tokens/s ratio)", q8_b1, b1, ""),
-                ("batch-16 tokens/s / llama.cpp's batched on the base re-encoded as Q8_0", b16, q8_b16, ""),
+                (f"batch-1 plan time / llama.cpp's on the base re-encoded as {one} (our one-row merged models' "
+                 f"encoding; tokens/s ratio)", re_b1, b1, ""),
+                (f"batch-16 tokens/s / llama.cpp's batched on the base re-encoded as {many} (our batched merged "
+                 f"models' encoding)", b16, re_b16, ""),
                 ("batch-16 tokens/s / transformers generate batch-16, rows of uniform length (best dtype)", b16, hf,
                  ">= 1.0x"),
                 ("batch-16 tokens/s / transformers generate batch-16, the same token counts (best dtype)", b16,

@@ -36,9 +36,10 @@ def decoder_part(bank, threads: int) -> dict:
 
     engine = bank.engine
     paths = []
-    for name in bank.shard_names[:2]:
-        engine.decoder_for(name)
-        paths.append(engine.merged_cache() / f"{engine.loaded[name]}.gguf")
+    for name in bank.shard_names[:2]:  # the shards merged as batches decode them (model.llamacpp.encoding_for)
+        engine.decoder_for(name, rows=16)
+        paths.append(engine.merged_cache() / f"{engine.loaded[(name, engine.encoding(16))]}.gguf")
+    print(f"merged models in {engine.encoding(16)}")
     prompt = list(range(1000, 1300))  # 300 cached tokens a row, as a plan's prompt and first tokens
 
     def passes(decoder, rows: int, k: int, reps: int, out: list | None = None) -> float:

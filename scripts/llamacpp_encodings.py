@@ -1,15 +1,16 @@
-"""How fast does llama.cpp decode the embedded base stored in each weight encoding, at batch 1 and batch 16?
+"""How fast does llama.cpp decode the embedded base stored in each weight encoding, at each batch width?
 
-The llama.cpp engine stores every merged model's matrices as Q8_0 (``skillbank.model.llamacpp._reencoded``), chosen
-when Q8_0's tiled kernels ran batches about twice as fast as the shipped Q4_1 file. CPUs with AVX512-BF16 (this
-project's AMD EPYC) also have fast BF16 and F16 matrix kernels in llama.cpp, at twice Q8_0's bytes. This writes the
-base again with its quantized matrices as Q8_0, F16 and BF16 (values dequantized from the shipped Q4_1 file, nothing
-else changed), and decodes the same prompts (the bank's hand-written requests under the shard instruction) for
-exactly ``--tokens`` tokens each, no grammar, no stop token, the encodings in turn within each round. Printed: each
-encoding's tokens/s (median round) and its ratio to Q8_0's. Speed only: what an encoding does to plans' EM is
-``bench/engine_parity.py``'s question once an engine uses it.
+The llama.cpp engine stored every merged model's matrices as Q8_0, chosen when Q8_0's tiled kernels ran batches
+about twice as fast as the shipped Q4_1 file. CPUs with AVX512-BF16 (this project's AMD EPYC) also have fast BF16
+and F16 matrix kernels in llama.cpp, at twice Q8_0's bytes. This writes the base again with its quantized matrices
+as Q8_0, F16 and BF16 (values dequantized from the shipped Q4_1 file, nothing else changed), and decodes the same
+prompts (the bank's hand-written requests under the shard instruction) for exactly ``--tokens`` tokens each, no
+grammar, no stop token, the encodings in turn within each round. Printed: each encoding's tokens/s (median round)
+and its ratio to Q8_0's. What it found decides ``skillbank.model.llamacpp.encoding_for`` (Q8_0 for one row, BF16
+for more). ``--parity``: what the two encodings do to plans' EM.
 
-    .venv/bin/python scripts/llamacpp_encodings.py --bank runs/demo-engine/methods/fsm/bank --threads 2
+    .venv/bin/python scripts/llamacpp_encodings.py --bank runs/demo-engine/methods/fsm/bank --threads 2 \
+        --widths 1,2,4,8,16 --kinds q8_0,bf16
 
 Why a script: one measurement for a decision (which encoding the engine's merged models should use), not a feature.
 """
@@ -29,41 +30,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from latency import _decode_rows, _rows_decoder, bank_requests  # noqa: E402
 
 
-def rewrite(src: Path, out: Path, kind: str, updates: dict | None = None) -> Path:
-    """``src`` with every quantized matrix stored as ``kind`` (q8_0 | f16 | bf16), each tensor of ``updates`` (a
-    shard's LoRA, llama.cpp name -> (A, B)) with its B A added first; other tensors keep their bytes."""
+def rewrite_f16(src: Path, out: Path) -> Path:
+    """``src`` with every quantized matrix stored as F16 (the package re-encodes as Q8_0 or BF16 only:
+    :func:`skillbank.model.llamacpp.reencode_base`); other tensors keep their bytes."""
     from gguf import GGMLQuantizationType as Q
-    from gguf.quants import dequantize, quantize
+    from gguf.quants import dequantize
 
-    from skillbank.model.llamacpp import _read_gguf, _with_update, _write_gguf, copy_fields, read_shape
+    from skillbank.model.llamacpp import _read_gguf, _write_gguf, copy_fields, read_shape
 
     arch = read_shape(src)[0].arch
     st = os.stat(src)
     reader = _read_gguf(str(src), st.st_mtime_ns, st.st_size)
-    target = {"q8_0": Q.Q8_0, "f16": Q.F16, "bf16": Q.BF16}[kind]
 
     def fill(writer) -> None:
         copy_fields(reader, writer)
         for t in reader.tensors:
-            update = (updates or {}).get(t.name)
-            if update is None and (len(t.shape) < 2 or t.tensor_type in (Q.F32, Q.F16, Q.BF16, target)):
+            if len(t.shape) < 2 or t.tensor_type in (Q.F32, Q.F16, Q.BF16):
                 writer.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
-                continue
-            weight = (dequantize(t.data, t.tensor_type) if update is None
-                      else _with_update(src, t.name, t.data, t.tensor_type, update))
-            if kind == "f16":
-                writer.add_tensor(t.name, weight.astype(np.float16))
             else:
-                writer.add_tensor(t.name, quantize(weight, target), raw_dtype=target)
+                writer.add_tensor(t.name, dequantize(t.data, t.tensor_type).astype(np.float16))
 
     return _write_gguf(out, arch, fill)
 
 
 def parity(bank_dir: Path, threads: int, batch: int) -> dict:
     """Graph EM of every shard of ``bank_dir`` on its family's held-out template requests (the demo stream's), its
-    update merged into the base stored as Q8_0 (the engine's form) and as BF16; decoded by llama.cpp under the
-    shard's grammar (the harness's llama.cpp engine with its merge swapped for :func:`rewrite`)."""
-    import skillbank.model.llamacpp as llamacpp
+    update merged into the base stored as Q8_0 and as BF16 (``$SKILLBANK_LLAMACPP_ENCODING``, which the harness's
+    llama.cpp engine reads); decoded by llama.cpp under the shard's grammar."""
     from skillbank.continual.engines import LlamaCppOutputs
     from skillbank.data.builtin import build_builtin_stream
     from skillbank.memory.bank import SkillBank
@@ -73,14 +66,12 @@ def parity(bank_dir: Path, threads: int, batch: int) -> dict:
     base = bank.execution.base
     stream = build_builtin_stream(seed=0, train_per_family=200, test_per_family=50)  # the demo's stream
     catalog = stream.catalog
-    merge = llamacpp.merge_updates
     out: dict = {}
     texts: dict = {}
     for kind in ("q8_0", "bf16"):
-        if kind == "bf16":  # the harness engine merges through this name: a BF16 file instead
-            llamacpp.merge_updates = lambda updates, gguf, path, shape, **kw: rewrite(Path(gguf), Path(path), "bf16",
-                                                                                      dict(updates))
+        os.environ["SKILLBANK_LLAMACPP_ENCODING"] = kind
         engine = LlamaCppOutputs(base.identity, threads=threads)
+        assert engine.encoding == kind
         try:
             for entry in bank.manifest.shards:
                 em, texts.setdefault(entry.name, {})[kind] = oracle_outputs(
@@ -90,7 +81,7 @@ def parity(bank_dir: Path, threads: int, batch: int) -> dict:
                 print(f"{entry.name:<28} {kind:<5} EM {out[entry.name][kind]:.1f}", flush=True)
         finally:
             engine.close()
-            llamacpp.merge_updates = merge
+            del os.environ["SKILLBANK_LLAMACPP_ENCODING"]
     for name, t in texts.items():
         out[name]["same_text"] = round(sum(a == b for a, b in zip(t["q8_0"], t["bf16"])) / len(t["q8_0"]), 3)
     for kind in ("q8_0", "bf16"):
@@ -108,6 +99,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--parity", action="store_true", help="instead: EM of the bank's shards merged as Q8_0 and as "
                     "BF16 on the demo stream's held-out requests (the bank must be the demo's)")
+    ap.add_argument("--widths", default="1,16", help="rows decoded together, comma-separated")
+    ap.add_argument("--kinds", default="q8_0,f16,bf16", help="encodings beside the shipped file")
     ap.add_argument("--json")
     args = ap.parse_args()
     if args.parity:
@@ -119,6 +112,7 @@ def main() -> None:
 
     from skillbank.model.embedded import embedded_gguf_path, embedded_tokenizer_dir
     from skillbank.model.light_tokenizer import LightTokenizer
+    from skillbank.model.llamacpp import reencode_base
     from skillbank.model.prompts import prompt_ids
 
     bank = Path(args.bank)
@@ -128,12 +122,17 @@ def main() -> None:
     src = embedded_gguf_path()
     scratch = Path(tempfile.mkdtemp(prefix="skillbank-encodings-"))
     files = {"q4_1 (shipped)": src}
-    for kind in ("q8_0", "f16", "bf16"):
-        files[kind] = rewrite(src, scratch / f"{kind}.gguf", kind)
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    if "q8_0" not in kinds:
+        raise SystemExit("--kinds must include q8_0 (the ratios' reference)")
+    for kind in kinds:
+        path = scratch / f"{kind}.gguf"
+        files[kind] = rewrite_f16(src, path) if kind == "f16" else reencode_base(src, path, kind)
     report = {"threads": args.threads, "tokens": args.tokens, "rounds": args.rounds,
               "size_mb": {k: round(os.path.getsize(v) / 1e6) for k, v in files.items()}, "tokens_per_s": {}}
     print("sizes:", ", ".join(f"{k} {v} MB" for k, v in report["size_mb"].items()))
-    for width, use in ((1, rows[:8]), (16, rows)):
+    for width in (int(w) for w in args.widths.split(",")):
+        use = rows[:8] if width == 1 else rows[:max(16, 3 * width)]
         decoders = {k: _rows_decoder(v, args.threads, width) for k, v in files.items()}
         timed: dict[str, list[float]] = {}
         for _ in range(args.rounds):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from skillbank.errors import BankError
+from skillbank.errors import BankError, ModelError
 from skillbank.memory.bank import SkillBank
 from skillbank.model.llamacpp import UnsupportedAdapter, adapter_problems, convert_lora, merge_lora
 
@@ -146,20 +146,25 @@ def test_a_merged_model_gives_the_reference_logits(real_base, random_shard, tmp_
 
 
 @pytest.mark.real_model
-def test_the_base_re_encoded_as_q8_0_computes_what_the_shipped_file_does(real_base, tmp_path):
+@pytest.mark.parametrize("encoding", ["q8_0", "bf16"])
+def test_the_base_re_encoded_computes_what_the_shipped_file_does(real_base, tmp_path, encoding):
     """``reencode_base`` (the latency bench's second llama.cpp reference, and what a merged model does to the
-    matrices no update touches): every Q4_1 matrix becomes Q8_0, the logits stay within rounding of the shipped
-    file's (measured 0.13-0.39 mean where an adapter moves them by 8-13), the top pick the same up to a near tie."""
+    matrices no update touches): every Q4_1 matrix becomes Q8_0 (in BF16: every quantized matrix, the Q8_0
+    embedding too), the logits stay within rounding of the shipped file's (Q8_0 measured 0.13-0.39 mean where an
+    adapter moves them by 8-13), the top pick the same up to a near tie."""
     from gguf import GGUFReader
 
     import skillbank.model.llamacpp as engine
     from skillbank.model.embedded import embedded_gguf_path
     from skillbank.model.prompts import prompt_ids
 
-    path = engine.reencode_base(embedded_gguf_path(), tmp_path / "q8.gguf")
+    path = engine.reencode_base(embedded_gguf_path(), tmp_path / "re.gguf", encoding)
     types = {t.name: t.tensor_type.name for t in GGUFReader(str(path)).tensors}
-    assert types["blk.0.ffn_up.weight"] == types["blk.29.attn_q.weight"] == "Q8_0"
+    assert types["blk.0.ffn_up.weight"] == types["blk.29.attn_q.weight"] == encoding.upper()
+    assert types["token_embd.weight"] == encoding.upper()  # shipped as Q8_0
     assert types["blk.0.attn_norm.weight"] == "F32"
+    with pytest.raises(ModelError, match="not 'f16'"):
+        engine.reencode_base(embedded_gguf_path(), tmp_path / "f16.gguf", "f16")
     for request in REQUESTS[:3]:
         ids = prompt_ids(real_base.tokenizer, request)
         shipped = engine.LlamaCppDecoder(embedded_gguf_path(), threads=1, n_ctx=512)
@@ -173,22 +178,26 @@ def test_the_base_re_encoded_as_q8_0_computes_what_the_shipped_file_does(real_ba
 
 
 @pytest.mark.real_model
-def test_a_merge_patched_into_the_re_encoded_base_holds_the_rewrite_s_tensors(random_shard, tmp_path):
+@pytest.mark.parametrize("encoding", ["q8_0", "bf16"])
+def test_a_merge_patched_into_the_re_encoded_base_holds_the_rewrite_s_tensors(random_shard, tmp_path, encoding):
     """The engine makes a new shard's merged model by copying the base it re-encoded once per machine and
     replacing the adapted tensors' bytes (~0.5 s instead of ~4): every tensor equals the whole rewrite's, byte
     for byte. The tensor table read by hand agrees with gguf-py's reader; a truncated file is refused by name."""
     from gguf import GGUFReader
 
     import skillbank.model.llamacpp as engine
-    from skillbank.errors import ModelError
     from skillbank.model.embedded import embedded_gguf_path
 
     shipped = embedded_gguf_path()
     shape, _ = engine.read_shape(shipped)
-    base = engine.reencode_base(shipped, tmp_path / "base.gguf")
-    patched = merge_lora(random_shard, shipped, tmp_path / "patched.gguf", shape, reencoded=base)
+    base = engine.reencode_base(shipped, tmp_path / "base.gguf", encoding)
+    patched = merge_lora(random_shard, shipped, tmp_path / "patched.gguf", shape, encoding, reencoded=base)
     whole = {t.name: t for t in GGUFReader(str(merge_lora(random_shard, shipped, tmp_path / "whole.gguf",
-                                                            shape))).tensors}
+                                                            shape, encoding))).tensors}
+    assert whole["blk.0.attn_q.weight"].tensor_type.name == encoding.upper()
+    other = engine.reencode_base(shipped, tmp_path / "other.gguf", "bf16" if encoding == "q8_0" else "q8_0")
+    assert engine._patch(shipped, other, tmp_path / "no.gguf", engine._lora_updates(random_shard, shape),
+                         encoding) is None  # a base re-encoded otherwise is not patched: the merge rewrites
     spans = engine.gguf_spans(patched)
     tensors = GGUFReader(str(patched)).tensors
     assert len(tensors) == len(spans) == len(whole)
@@ -266,7 +275,8 @@ def test_the_harness_llama_cpp_engine_decodes_a_state_as_its_merged_model_does(r
     assert engine.merges == 1 and not list(engine.scratch.iterdir())  # merged, loaded, and the file removed
     shape, _ = read_shape(embedded_gguf_path())
     merged = LlamaCppDecoder(merge_lora(random_shard, embedded_gguf_path(), tmp_path / "m.gguf", shape,
-                                        reencoded=reencoded_base_path(real_base.identity["digest"])),
+                                        engine.encoding,  # the batched one: BF16 on CPUs with BF16 dot products
+                                        reencoded=reencoded_base_path(real_base.identity["digest"], engine.encoding)),
                              threads=1, n_ctx=1024)
     stops = set(stop_token_ids(real_base.tokenizer))
     for prompt, out in zip(prompts, outs):
@@ -422,16 +432,11 @@ def test_adapters_llama_cpp_cannot_apply_exactly_are_named(tmp_path):
     assert not (tmp_path / "out.gguf").exists()
 
 
-@pytest.mark.real_model
-def test_a_bank_on_the_embedded_base_plans_with_llama_cpp(real_base, small_stream, tmp_path, monkeypatch):
-    """learn with torch, plan with llama.cpp: the base is re-encoded once into the cache and the merged model
-    patched from it, both reused by the next process; a damaged cached file (merged model or base) is made again
-    instead of used; the runtime-adapter route plans too."""
+def _own_llamacpp_cache(tmp_path, monkeypatch) -> None:
+    """llama.cpp's forms made in a cache of the test's own (the embedded model's conversion, the encoder and the
+    rest shared with the machine's)."""
     from skillbank.cache import cache_root
-    from skillbank.memory.execution_llamacpp import LlamaCppExecution
-    from skillbank.train.executor import TrainConfig, top_layers
 
-    # llama.cpp's forms made in a cache of this test's own (the encoder and the rest shared with the machine's)
     cache = tmp_path / "cache"
     cache.mkdir()
     if cache_root().is_dir():
@@ -439,6 +444,17 @@ def test_a_bank_on_the_embedded_base_plans_with_llama_cpp(real_base, small_strea
             if item.name != "llamacpp":
                 (cache / item.name).symlink_to(item)
     monkeypatch.setenv("SKILLBANK_CACHE", str(cache))
+
+
+@pytest.mark.real_model
+def test_a_bank_on_the_embedded_base_plans_with_llama_cpp(real_base, small_stream, tmp_path, monkeypatch):
+    """learn with torch, plan with llama.cpp: the base is re-encoded once into the cache and the merged model
+    patched from it, both reused by the next process; a damaged cached file (merged model or base) is made again
+    instead of used; the runtime-adapter route plans too."""
+    from skillbank.memory.execution_llamacpp import LlamaCppExecution
+    from skillbank.train.executor import TrainConfig, top_layers
+
+    _own_llamacpp_cache(tmp_path, monkeypatch)
 
     key = "t4_vision_document"
     bank = SkillBank.create(tmp_path / "bank", base=real_base)
@@ -453,7 +469,8 @@ def test_a_bank_on_the_embedded_base_plans_with_llama_cpp(real_base, small_strea
     assert isinstance(engine, LlamaCppExecution) and opened._execution is None  # torch never loaded
     assert plan.shard == key and plan.tokens > 0 and (plan.graph is None) == (plan.error is not None)
     assert engine.conversions == 2  # the base re-encoded (once per machine), then the shard patched into it
-    [cached] = [p for p in engine.merged_cache().glob("*.gguf") if p.stem == engine.loaded[key]]
+    [cached] = [p for p in engine.merged_cache().glob("*.gguf") if p.stem == engine.loaded[(key, "q8_0")]]
+    assert cached.name.endswith("-q8_0.gguf")  # one row a pass: the Q8_0 model
 
     again = SkillBank.open(tmp_path / "bank", engine="llama.cpp")
     assert again.plan([request], max_new_tokens=12, scope=False)[0].raw == plan.raw
@@ -474,11 +491,54 @@ def test_a_bank_on_the_embedded_base_plans_with_llama_cpp(real_base, small_strea
     runtime = LlamaCppExecution(tmp_path / "bank", lambda: damaged.manifest, reference=lambda: None, merge=False)
     [out] = runtime.generate([request], [key], max_new_tokens=12, constrain=True)
     assert out.shard == key and out.n_tokens > 0 and not runtime.merged
-    assert any(p.stem == runtime.loaded[key] for p in runtime.adapter_cache().glob("*.gguf"))
+    assert any(p.stem == runtime.loaded[(key, "q8_0")] for p in runtime.adapter_cache().glob("*.gguf"))
     from gguf import GGUFReader  # the runtime route's base: the shipped file re-encoded in Q8_0, cached
     from skillbank.model.llamacpp import CONVERTER_VERSION
-    base_file = runtime.base_cache() / f"{runtime.base_digest[:32]}-v{CONVERTER_VERSION}.gguf"
+    base_file = runtime.base_cache() / f"{runtime.base_digest[:32]}-v{CONVERTER_VERSION}-q8_0.gguf"
     assert {t.name: t.tensor_type.name for t in GGUFReader(str(base_file)).tensors}["blk.0.ffn_up.weight"] == "Q8_0"
+
+
+@pytest.mark.real_model
+def test_a_shard_decodes_one_row_in_q8_0_and_batches_in_the_batched_encoding(small_stream, tmp_path, monkeypatch):
+    """A lone request plans with the shard merged as Q8_0, a batch of the shard's requests with the shard merged in
+    the batched encoding (BF16 here, forced so that any CPU runs it): two merged models of one shard, each patched
+    from the base re-encoded the same way, both loaded (how alike their plans are is measured on the demo bank:
+    scripts/llamacpp_encodings.py --parity). A relearned shard drops both."""
+    import skillbank.memory.execution_llamacpp as execution
+    from gguf import GGUFReader
+
+    from skillbank.model.base import load_base
+    from skillbank.train.executor import TrainConfig, top_layers
+
+    real_base = load_base(progress=False)  # its own: it relearns a family the module's shared base holds
+    _own_llamacpp_cache(tmp_path, monkeypatch)
+    monkeypatch.setattr(execution, "encoding_for", lambda rows: "bf16" if rows > 1 else "q8_0")
+    key = "t2_language_speech"
+    bank = SkillBank.create(tmp_path / "bank", base=real_base)
+    cfg = TrainConfig(epochs=1, batch_size=2, rank=4, dropout=0.0, target_format="compact",
+                      layers_to_transform=top_layers(real_base.num_layers, 2), target_modules=("q_proj", "v_proj"))
+    bank.learn(key, small_stream.train[key][:2], cfg, skills=small_stream.catalog.family(key).skills, progress=False)
+    requests = [r.request for r in small_stream.test[key][:3]]
+
+    opened = SkillBank.open(tmp_path / "bank", engine="llama.cpp")
+    engine = opened.engine
+    alone = engine.generate(requests[:1], [key], max_new_tokens=12)
+    together = engine.generate(requests, [key] * 3, max_new_tokens=12, batch_size=4)
+    assert sorted(engine.loaded) == [(key, "bf16"), (key, "q8_0")]
+    assert engine.conversions == 4  # each encoding's base, then the shard patched into each
+    for encoding, kind in (("q8_0", "Q8_0"), ("bf16", "BF16")):
+        path = engine.merged_cache() / f"{engine.loaded[(key, encoding)]}.gguf"
+        types = {t.name: t.tensor_type.name for t in GGUFReader(str(path)).tensors}
+        assert types["blk.29.attn_q.weight"] == types["blk.0.ffn_up.weight"] == kind  # adapted / re-encoded
+        assert types["token_embd.weight"] == ("Q8_0" if encoding == "q8_0" else "BF16")
+    assert alone[0].n_tokens > 0 and all(o.n_tokens > 0 and o.shard == key for o in together)
+
+    again = engine.generate(requests[:1], [key], max_new_tokens=12)  # the loaded Q8_0 model again
+    assert again[0].text == alone[0].text and engine.conversions == 4
+    old = engine.loaded[(key, "q8_0")]
+    opened.relearn(key, small_stream.train[key][2:4], cfg, progress=False)
+    engine.generate(requests[:1], [key], max_new_tokens=12)
+    assert list(engine.loaded) == [(key, "q8_0")] and engine.loaded[(key, "q8_0")] != old
 
 
 @pytest.mark.real_model

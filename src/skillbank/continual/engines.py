@@ -57,7 +57,7 @@ class LlamaCppOutputs:
         from skillbank.memory.execution_llamacpp import embedded_digest_problem
         from skillbank.model.embedded import embedded_gguf_path, embedded_tokenizer_dir
         from skillbank.model.light_tokenizer import LightTokenizer
-        from skillbank.model.llamacpp import CONVERTER_VERSION, base_problem, read_shape
+        from skillbank.model.llamacpp import CONVERTER_VERSION, base_problem, encoding_for, read_shape
         from skillbank.model.prompts import stop_token_ids
 
         problem = (base_problem(base_identity.get("name", "?"))
@@ -67,7 +67,10 @@ class LlamaCppOutputs:
         if threads is None:
             import torch  # the run's base is loaded: torch is imported, its thread count set by [base] threads
             threads = torch.get_num_threads()
-        self.key = f"engine:llama.cpp-v{CONVERTER_VERSION}"
+        # The harness decodes its prompts in batches: merged in the batched encoding (model.llamacpp.encoding_for).
+        # Part of the outputs' cache key, but for Q8_0, which keeps the key of the runs before BF16 was an option.
+        self.encoding = encoding_for(16)
+        self.key = f"engine:llama.cpp-v{CONVERTER_VERSION}" + ("" if self.encoding == "q8_0" else f"-{self.encoding}")
         self.base_digest = base_identity["digest"]
         self.threads = threads
         self.gguf = embedded_gguf_path()
@@ -93,11 +96,11 @@ class LlamaCppOutputs:
             return self._loaded[1]
         self.close_decoder()
         t0 = time.perf_counter()
-        base, _ = reencoded_base(self.base_digest, self.gguf)  # once per machine, shared with banks
+        base, _ = reencoded_base(self.base_digest, self.gguf, self.encoding)  # once per machine, shared with banks
         path = base
         if updates:
-            path = merge_updates(updates, self.gguf, self.scratch / f"{digest}.gguf", self.shape, reencoded=base,
-                                 note="an evaluated state")
+            path = merge_updates(updates, self.gguf, self.scratch / f"{digest}.gguf", self.shape, self.encoding,
+                                 reencoded=base, note="an evaluated state")
             self.merges += 1
         decoder = LlamaCppDecoder(path, threads=self.threads, n_ctx=CONTEXT_TOKENS, width=width)
         if path != base:

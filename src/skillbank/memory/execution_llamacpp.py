@@ -2,8 +2,11 @@
 
 The bank's format of record stays the PEFT directory of each shard. The first time a plan needs a shard on a
 machine, this engine writes the base GGUF with the shard's update merged into its weights
-(:func:`skillbank.model.llamacpp.merge_lora`; ~4 s, ~145 MB for the embedded base, every matrix Q8_0) under
-``<cache root>/llamacpp/merged/<key>.gguf``, and plans with it as its own llama.cpp model: a merged model decodes
+(:func:`skillbank.model.llamacpp.merge_lora`; ~0.5 s once the base is re-encoded) under
+``<cache root>/llamacpp/merged/<key>-<encoding>.gguf``, and plans with it as its own llama.cpp model. The encoding
+follows the rows a pass decodes (:func:`~skillbank.model.llamacpp.encoding_for`): one row with every matrix Q8_0
+(~145 MB for the embedded base), a batch with every matrix BF16 (~270 MB) where the CPU has BF16 dot products,
+whose kernels batch ~1.4-1.7x faster; a shard planned both ways is loaded twice. A merged model decodes
 at about the bare base's speed, where llama.cpp's runtime LoRA adds two products per adapted weight and token
 (16-24% of a decode step here: ``scripts/llamacpp_lora_overhead.py``). The key hashes the shard's recorded adapter file digests, the base digest and the
 converter version - so a relearned shard, another base or a newer converter never reads a stale file, and a
@@ -48,13 +51,13 @@ from skillbank.memory.shard_files import shard_file_problems
 from skillbank.model.embedded import EMBEDDED, embedded_gguf_path, embedded_identity, embedded_tokenizer_dir
 from skillbank.model.generate import DEFAULT_MAX_NEW_TOKENS, GenerationStats, report_progress
 from skillbank.model.llamacpp import CONVERTER_VERSION, DRAFT_FED, LlamaCppDecoder, UnsupportedAdapter, adapter_key, \
-    available, convert_lora, gguf_spans, merge_lora, read_shape, reencode_base
+    available, convert_lora, encoding_for, gguf_spans, merge_lora, read_shape, reencode_base
 from skillbank.model.prompts import prompt_ids, stop_token_ids
 from skillbank.model.serialization import decode_output
 
 ENGINES = ("auto", "llama.cpp", "torch")
 log = logging.getLogger("skillbank")
-MERGED_RESIDENT = 6  # merged models kept loaded (~350 MB each: ~145 MB of weights, an 8,192-token KV cache)
+MERGED_RESIDENT = 6  # merged models kept loaded (~350-480 MB each: 145-270 MB of weights, an 8,192-token KV cache)
 CONTEXT_TOKENS = 8192  # the embedded base's training context: 16 batched rows of a few hundred tokens each
 
 
@@ -130,8 +133,10 @@ class LlamaCppExecution:
         self.threads = threads or probe.threads()
         self.max_resident = max_resident
         self.merged_resident = merged_resident  # a service with many hot shards keeps more loaded
-        self.loaded: OrderedDict[str, str] = OrderedDict()  # shard -> key of what serves it, LRU first
-        self.merged: dict[str, LlamaCppDecoder] = {}  # shard -> its loaded merged model (merge=True)
+        # (shard, encoding) -> the file stem of what serves it, least recently used first. A shard may be loaded
+        # twice: Q8_0 for one row a pass, BF16 for batches (model.llamacpp.encoding_for).
+        self.loaded: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self.merged: dict[tuple[str, str], LlamaCppDecoder] = {}  # its loaded merged models (merge=True)
         self.reference_shards: dict[str, str] = {}  # shard -> why the reference engine serves it
         self._grammars: LRUCache = LRUCache(grammars_kept(max_resident))
         self._bitmask = np.full((1, (self.n_vocab + 31) // 32), -1, dtype=np.int32)
@@ -139,7 +144,7 @@ class LlamaCppExecution:
         self.conversions = 0
         self.draft_fed = DRAFT_FED  # tokens a pass may feed with grammar drafts (1: none; LlamaCppDecoder._draft)
         self._lock = threading.RLock()  # lanes load and unload shards one at a time
-        self._in_use: Counter[str] = Counter()  # shard -> lanes decoding with it now (never unloaded then)
+        self._in_use: Counter[tuple[str, str]] = Counter()  # (shard, encoding) -> lanes decoding with it now
 
     # -- shards ------------------------------------------------------------------------------
     def _entries(self) -> dict:
@@ -160,27 +165,34 @@ class LlamaCppExecution:
     @property
     def base(self) -> LlamaCppDecoder:
         """The model the runtime-adapter route (``merge=False``) applies each shard's adapter to: the shipped GGUF
-        re-encoded as merged models are (every matrix Q8_0, which llama.cpp batches with tiled kernels), made once
-        per machine and base under :meth:`base_cache`, keyed by the base's digest and the converter version."""
+        re-encoded as one-row merged models are (every matrix Q8_0, which llama.cpp batches with tiled kernels),
+        made once per machine and base under :meth:`base_cache`, keyed by the base's digest and the converter
+        version."""
         if self._base is None:
             self._base = self._cached(self.base_file(), lambda p: reencode_base(self.gguf, p),
                                       lambda p: LlamaCppDecoder(p, threads=self.threads, n_ctx=CONTEXT_TOKENS,
                                                                 width=16))
         return self._base
 
-    def base_file(self, make: bool = False) -> Path:
-        """Where the re-encoded base lies (:attr:`base`); with ``make``, made first where it is missing or is not
-        a whole GGUF. A shard's merged model is this file with its adapted tensors patched in (``merge_lora``'s
-        ``reencoded``): ~0.5 s a new shard instead of ~4."""
+    def base_file(self, make: bool = False, encoding: str = "q8_0") -> Path:
+        """Where the base re-encoded as ``encoding`` lies (:attr:`base`); with ``make``, made first where it is
+        missing or is not a whole GGUF. A shard's merged model is this file with its adapted tensors patched in
+        (``merge_lora``'s ``reencoded``): ~0.5 s a new shard instead of ~4."""
         if not make:
-            return reencoded_base_path(self.base_digest)
-        path, made = reencoded_base(self.base_digest, self.gguf)
+            return reencoded_base_path(self.base_digest, encoding)
+        path, made = reencoded_base(self.base_digest, self.gguf, encoding)
         self.conversions += made
         return path
 
-    def _ensure(self, name: str, entry) -> tuple[LlamaCppDecoder, str | None] | None:
-        """The decoder that plans shard ``name`` and the adapter to apply (None: merged into its weights), making
-        the shard's converted form first if needed; None when the reference engine must serve it."""
+    def encoding(self, rows: int) -> str:
+        """The encoding of the model that decodes ``rows`` rows of a shard a pass (:func:`encoding_for`); the
+        runtime-adapter route has one base model, Q8_0."""
+        return encoding_for(rows) if self.merge else "q8_0"
+
+    def _ensure(self, name: str, entry, rows: int = 1) -> tuple[LlamaCppDecoder, str | None] | None:
+        """The decoder that plans shard ``name`` ``rows`` rows a pass and the adapter to apply (None: merged into
+        its weights), making the shard's converted form first if needed; None when the reference engine must
+        serve it."""
         if name in self.reference_shards:
             return None
         directory, digests = self.root / entry.dir, getattr(entry, "digests", None) or {}
@@ -188,10 +200,13 @@ class LlamaCppExecution:
             key = adapter_key(digests, self.base_digest)
         except ModelError as exc:  # a bank made before shards had digests: nothing to key a conversion by
             return self._by_reference(name, f"{exc}; no converted adapter can be checked against it")
-        if self.loaded.get(name) == key:
-            self.loaded.move_to_end(name)
-            return (self.merged[name], None) if self.merge else (self.base, name)
-        self._drop(name)  # an older version of the shard (relearned in this process)
+        encoding = self.encoding(rows)
+        slot, stem = (name, encoding), f"{key}-{encoding}" if self.merge else key
+        if self.loaded.get(slot) == stem:
+            self.loaded.move_to_end(slot)
+            return (self.merged[slot], None) if self.merge else (self.base, name)
+        for old in [s for s, loaded in self.loaded.items() if s[0] == name and not loaded.startswith(key)]:
+            self._drop(old)  # an older version of the shard (relearned in this process)
         # Checked as the shard loads (as the reference engine does): files changed after the bank was opened
         # fail here, naming the shard.
         problems = shard_file_problems(name, directory, digests)
@@ -199,12 +214,12 @@ class LlamaCppExecution:
             raise BankError(problems[0] + " (checked as the shard was loaded)")
         try:
             if self.merge:
-                path = self.merged_cache() / f"{key}.gguf"
-                decoder = self._cached(path, lambda p: merge_lora(directory, self.gguf, p, self.shape,
-                                                                  reencoded=self.base_file(make=True)),
+                path = self.merged_cache() / f"{stem}.gguf"
+                decoder = self._cached(path, lambda p: merge_lora(directory, self.gguf, p, self.shape, encoding,
+                                                                  reencoded=self.base_file(True, encoding)),
                                        lambda p: LlamaCppDecoder(p, threads=self.threads, n_ctx=CONTEXT_TOKENS,
                                                                  width=16))
-                self.merged[name] = decoder
+                self.merged[slot] = decoder
                 _trim_cache(self.merged_cache(), _cache_budget(), keep=path)
             else:
                 self._cached(self.adapter_cache() / f"{key}.gguf", lambda p: convert_lora(directory, p, self.shape),
@@ -213,9 +228,9 @@ class LlamaCppExecution:
             return self._by_reference(name, str(exc))
         except ModelError as exc:
             raise BankError(f"shard {name!r}: its llama.cpp form does not load ({exc})") from exc
-        self.loaded[name] = key
+        self.loaded[slot] = stem
         self._trim_loaded()
-        return (self.merged[name], None) if self.merge else (self.base, name)
+        return (self.merged[slot], None) if self.merge else (self.base, name)
 
     def _trim_loaded(self) -> None:
         """Unload the least recently used shards beyond the resident limit, never one a lane is decoding with
@@ -247,26 +262,27 @@ class LlamaCppExecution:
             raise BankError(f"SKILLBANK_LANES={cap!r} is not a whole number") from None
         return max(1, min(groups, self.threads, most))
 
-    def _acquire(self, name: str, entry, threads: Callable[[], int] | None = None):
+    def _acquire(self, name: str, entry, threads: Callable[[], int] | None = None, rows: int = 1):
         """:meth:`_ensure` for a lane: the decoder stays loaded until :meth:`_release`, computing with
         ``threads()`` threads (None: all of the engine's)."""
         with self._lock:
-            serving = self._ensure(name, entry)
+            serving = self._ensure(name, entry, rows)
             if serving is not None:
-                self._in_use[name] += 1
+                self._in_use[(name, self.encoding(rows))] += 1
                 decoder = serving[0]
                 decoder.draft_fed = self.draft_fed
                 decoder.threads_now = threads
                 decoder.set_threads(threads() if threads is not None else self.threads)
             return serving
 
-    def _release(self, name: str, decoder: LlamaCppDecoder) -> None:
+    def _release(self, name: str, decoder: LlamaCppDecoder, rows: int = 1) -> None:
         with self._lock:
             decoder.threads_now = None
             decoder.set_threads(self.threads)  # a lone plan after the lanes computes with every thread
-            self._in_use[name] -= 1
-            if self._in_use[name] <= 0:
-                del self._in_use[name]
+            slot = (name, self.encoding(rows))
+            self._in_use[slot] -= 1
+            if self._in_use[slot] <= 0:
+                del self._in_use[slot]
             self._trim_loaded()
 
     def _parallel(self, order: list[tuple[str, list[int]]], lanes: int, run: Callable) -> None:
@@ -304,15 +320,16 @@ class LlamaCppExecution:
         if errors:
             raise errors[0]
 
-    def decoder_for(self, name: str) -> tuple[LlamaCppDecoder, str | None] | None:
-        """What decodes shard ``name`` now: (its decoder, the adapter to apply or None when merged); None when the
-        reference engine serves it (:attr:`reference_shards` says why). Loads it first if needed; a shard whose
-        files changed since they were recorded raises :class:`~skillbank.errors.BankError` naming it."""
+    def decoder_for(self, name: str, rows: int = 1) -> tuple[LlamaCppDecoder, str | None] | None:
+        """What decodes shard ``name`` ``rows`` rows a pass now: (its decoder, the adapter to apply or None when
+        merged); None when the reference engine serves it (:attr:`reference_shards` says why). Loads it first if
+        needed; a shard whose files changed since they were recorded raises :class:`~skillbank.errors.BankError`
+        naming it."""
         entries = self._entries()
         if name not in entries:
             raise BankError(f"unknown shard {name!r}; this bank has {sorted(entries)}")
         self._forget_removed(entries)
-        return self._ensure(name, entries[name])
+        return self._ensure(name, entries[name], rows)
 
     def reference(self):
         """The reference Execution Memory (torch), loaded now if it was not: what serves :attr:`reference_shards`."""
@@ -331,15 +348,15 @@ class LlamaCppExecution:
         self.conversions += made
         return loaded
 
-    def _drop(self, name: str) -> None:
-        """Unload what serves shard ``name`` (its merged model or its runtime adapter)."""
-        if self.loaded.pop(name, None) is None:
+    def _drop(self, slot: tuple[str, str]) -> None:
+        """Unload what serves (shard, encoding) ``slot`` (its merged model or the shard's runtime adapter)."""
+        if self.loaded.pop(slot, None) is None:
             return
-        decoder = self.merged.pop(name, None)
+        decoder = self.merged.pop(slot, None)
         if decoder is not None:
             decoder.close()
         elif self._base is not None:
-            self._base.drop_adapter(name)
+            self._base.drop_adapter(slot[0])
 
     def _by_reference(self, name: str, why: str) -> None:
         """From now on the reference engine plans shard ``name`` (said once, with why); None for ``_ensure``."""
@@ -348,8 +365,8 @@ class LlamaCppExecution:
         return None
 
     def _forget_removed(self, entries: dict) -> None:
-        for name in [n for n in self.loaded if n not in entries]:
-            self._drop(name)
+        for slot in [s for s in self.loaded if s[0] not in entries]:
+            self._drop(slot)
         for key in [k for k in self._grammars if k[0] not in entries]:
             del self._grammars[key]
 
@@ -392,7 +409,8 @@ class LlamaCppExecution:
 
         def run(name: str, idx: list[int], bitmask: np.ndarray, threads: Callable[[], int] | None = None) -> None:
             entry = entries[name]
-            serving = self._acquire(name, entry, threads)
+            rows = 1 if batch_size == 1 else min(len(idx), batch_size)  # rows a pass: what picks the encoding
+            serving = self._acquire(name, entry, threads, rows)
             if serving is None:
                 with report:
                     by_reference.extend(idx)
@@ -412,7 +430,7 @@ class LlamaCppExecution:
                 else:
                     steps = decoder.decode_many(prompts, adapter, cap, self.stops, matchers, bitmask, width=batch_size)
             finally:
-                self._release(name, decoder)
+                self._release(name, decoder, rows)
             with report:
                 for i, step in zip(idx, steps):
                     results[i] = self.step_output(name, entry, step, constrain)
@@ -464,17 +482,18 @@ def cached_file(path: Path, make: Callable[[Path], object], load: Callable[[Path
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def reencoded_base_path(base_digest: str) -> Path:
-    """Where the embedded base re-encoded as merged models are (:func:`~skillbank.model.llamacpp.reencode_base`)
-    lies on this machine: one file per base and converter version, shared by every bank and the harness."""
-    return LlamaCppExecution.base_cache() / f"{base_digest[:32]}-v{CONVERTER_VERSION}.gguf"
+def reencoded_base_path(base_digest: str, encoding: str = "q8_0") -> Path:
+    """Where the embedded base re-encoded as merged models are (:func:`~skillbank.model.llamacpp.reencode_base`,
+    ``encoding`` Q8_0 or BF16) lies on this machine: one file per base, encoding and converter version, shared by
+    every bank and the harness."""
+    return LlamaCppExecution.base_cache() / f"{base_digest[:32]}-v{CONVERTER_VERSION}-{encoding}.gguf"
 
 
-def reencoded_base(base_digest: str, gguf: Path) -> tuple[Path, int]:
+def reencoded_base(base_digest: str, gguf: Path, encoding: str = "q8_0") -> tuple[Path, int]:
     """:func:`reencoded_base_path`, the file made from the shipped ``gguf`` first where it is missing or is not a
     whole GGUF; and how many times it was made (:func:`cached_file`)."""
-    path = reencoded_base_path(base_digest)
-    _, made = cached_file(path, lambda p: reencode_base(gguf, p), gguf_spans)
+    path = reencoded_base_path(base_digest, encoding)
+    _, made = cached_file(path, lambda p: reencode_base(gguf, p, encoding), gguf_spans)
     return path, made
 
 

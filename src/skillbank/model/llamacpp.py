@@ -16,9 +16,10 @@ What this module does:
   tests). PEFT's scaling (``lora_alpha / r``, rsLoRA, per-module patterns) is folded into B, and the file says
   alpha 0, which llama.cpp reads as "scale 1".
 - :func:`merge_lora` writes the base GGUF again with the same update merged into each adapted weight and
-  every quantized matrix stored as Q8_0, a whole model per shard that decodes at least at the bare base's
-  speed (what the engine plans with by default): llama.cpp multiplies batches by Q8_0 weights with tiled
-  kernels, by the shipped Q4_1 ones row by row.
+  every quantized matrix stored as Q8_0 or BF16 (:data:`ENCODINGS`), a whole model per shard that decodes at
+  least at the bare base's speed (what the engine plans with by default): llama.cpp multiplies batches by Q8_0
+  weights with tiled kernels, by the shipped Q4_1 ones row by row, and by BF16 ones with the CPU's BF16 dot
+  products where it has them (:func:`encoding_for`).
 - :class:`LlamaCppDecoder` holds the model, one context and the loaded adapters, and decodes greedily - one
   request (reusing the KV cache of the head its prompt shares with the previous one) or a shard's requests
   together (rows advancing in one forward pass, their common head shared) -, each step's logits masked by
@@ -52,6 +53,11 @@ from skillbank.errors import ModelError
 # Part of every converted adapter's cache key: a change here rebuilds them all. 2: merged models store every
 # quantized matrix as Q8_0, not only the adapted ones.
 CONVERTER_VERSION = 2
+# How a merged model stores its matrices (each encoding is part of the merged file's name). Q8_0: half BF16's
+# bytes, the faster one where a pass reads every weight for one row; BF16: llama.cpp's fastest batched kernels on
+# CPUs with BF16 dot products (scripts/llamacpp_encodings.py: 1.45x Q8_0's tokens/s at 16 rows, 0.87x at one,
+# on this AVX512-BF16 CPU). "f16" (:func:`merge_lora`) is the tests' exact-arithmetic form, not an engine's.
+ENCODINGS = ("q8_0", "bf16")
 # PEFT module name -> llama.cpp tensor name (llama architecture)
 MODULES = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
            "gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down"}
@@ -71,6 +77,33 @@ def available() -> str | None:
     except OSError as exc:  # the wheel is there but its shared library does not load
         return f"llama-cpp-python does not load: {exc}"
     return None
+
+
+def cpu_features() -> str:
+    """llama.cpp's account of what its CPU kernels use here ("AVX2 = 1 | AVX512_BF16 = 1 | ..."): what it was
+    built for and found, not only what /proc/cpuinfo lists."""
+    return _library().llama_print_system_info().decode(errors="replace")
+
+
+def encoding_for(rows: int) -> str:
+    """The encoding of the merged model that decodes ``rows`` rows of a shard in each pass. One row: Q8_0, half
+    BF16's bytes to read a pass. Two or more: BF16 where llama.cpp has the CPU's BF16 dot products
+    (``AVX512_BF16 = 1`` in :func:`cpu_features`; without them it converts BF16 to float32 in the inner loop,
+    slower than Q8_0's integer kernels), else Q8_0. Measured on this AVX512-BF16 CPU
+    (``scripts/llamacpp_encodings.py --widths 1,2,4,8,16``): BF16 0.80x Q8_0's tokens/s at one row, 1.40x at two,
+    1.69x at four. ``$SKILLBANK_LLAMACPP_ENCODING`` (``q8_0`` or ``bf16``; ``auto`` or unset: this rule) fixes
+    one encoding for every width."""
+    forced = os.environ.get("SKILLBANK_LLAMACPP_ENCODING", "").strip().lower()
+    if forced in ENCODINGS:
+        return forced
+    if forced not in ("", "auto"):
+        raise ModelError(f"SKILLBANK_LLAMACPP_ENCODING={forced!r}: expected auto or one of {list(ENCODINGS)}")
+    return "bf16" if rows > 1 and _bf16_kernels() else "q8_0"
+
+
+@functools.lru_cache(maxsize=1)
+def _bf16_kernels() -> bool:
+    return re.search(r"\bAVX512_BF16 = 1\b", cpu_features()) is not None
 
 
 def base_problem(base_name: str) -> str | None:
@@ -283,8 +316,10 @@ def merge_lora(shard_dir: str | os.PathLike, base_gguf: str | os.PathLike, out: 
     lands farther from the reference path (the dequantized base plus the exact update) than the adapter route
     does - trained shards plan as the reference does
     (``bench/engine_parity.py``; ``tests/test_llamacpp.py`` bounds both). A base tensor type gguf-py cannot
-    dequantize is :class:`UnsupportedAdapter` (the reference engine serves the shard). ``weights="f16"`` stores
-    the merged weights in float16 instead (larger, slower; what the tests check the merge's arithmetic with).
+    dequantize is :class:`UnsupportedAdapter` (the reference engine serves the shard). ``weights="bf16"`` stores
+    every quantized matrix as BF16 instead (twice the bytes; llama.cpp's fastest batched kernels on CPUs with BF16
+    dot products: :func:`encoding_for`); ``weights="f16"`` stores the merged weights in float16 and re-encodes
+    nothing else (larger, slower; what the tests check the merge's arithmetic with).
 
     ``reencoded``: the base already re-encoded (:func:`reencode_base`, made once per machine by the engine). The
     merged model is then that file with the adapted tensors' bytes replaced (:func:`_patch`): the same tensors as
@@ -298,21 +333,24 @@ def merge_updates(updates: dict[str, tuple[np.ndarray, np.ndarray]], base_gguf: 
                   reencoded: str | os.PathLike | None = None, note: str = "merged") -> Path:
     """:func:`merge_lora` of updates already read (:func:`_lora_updates`, :func:`peft_updates`); ``note`` is
     recorded in the file (``skillbank.merged_lora``) where it is rewritten."""
-    if weights not in ("q8_0", "f16"):
-        raise ModelError(f"merged weights are stored as 'q8_0' or 'f16', not {weights!r}")
+    if weights not in (*ENCODINGS, "f16"):
+        raise ModelError(f"merged weights are stored as one of {[*ENCODINGS, 'f16']}, not {weights!r}")
     updates = dict(updates)
-    if reencoded is not None and weights == "q8_0":
-        patched = _patch(base_gguf, reencoded, out, updates)
+    if reencoded is not None and weights in ENCODINGS:
+        patched = _patch(base_gguf, reencoded, out, updates, weights)
         if patched is not None:
             return patched
     return _rewrite(base_gguf, out, shape.arch, updates, weights, note=note)
 
 
-def reencode_base(base_gguf: str | os.PathLike, out: str | os.PathLike) -> Path:
-    """The base GGUF with no update, its quantized matrices re-encoded as a merged model's are (Q8_0): what
-    ``bench/latency.py`` runs llama.cpp on beside the shipped file, to tell the encoding's speed from the rest."""
+def reencode_base(base_gguf: str | os.PathLike, out: str | os.PathLike, weights: str = "q8_0") -> Path:
+    """The base GGUF with no update, its quantized matrices re-encoded as a merged model's are (``weights``, one of
+    :data:`ENCODINGS`): what a shard's merge is patched into, and what ``bench/latency.py`` runs llama.cpp on beside
+    the shipped file, to tell the encoding's speed from the rest."""
+    if weights not in ENCODINGS:
+        raise ModelError(f"a re-encoded base is stored as one of {list(ENCODINGS)}, not {weights!r}")
     shape, _ = read_shape(base_gguf)
-    return _rewrite(base_gguf, out, shape.arch, {}, "q8_0", note="")
+    return _rewrite(base_gguf, out, shape.arch, {}, weights, note="")
 
 
 def copy_fields(reader, writer) -> None:
@@ -329,7 +367,7 @@ def copy_fields(reader, writer) -> None:
 
 def _rewrite(base_gguf, out, arch: str, updates: dict, weights: str, note: str) -> Path:
     """Write ``base_gguf`` again at ``out`` (atomically): each tensor in ``updates`` with its B·A added, every
-    other quantized matrix re-encoded as Q8_0 (:func:`_reencoded`), the rest as they are."""
+    other quantized matrix re-encoded as ``weights`` (:func:`_reencoded`), the rest as they are."""
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize, quantize
 
@@ -353,11 +391,11 @@ def _rewrite(base_gguf, out, arch: str, updates: dict, weights: str, note: str) 
                 except NotImplementedError:  # a matrix the update does not touch keeps its bytes, only slower kernels
                     writer.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
                     continue
-            if weights == "f16" or weight.shape[-1] % 32:
+            kind = _stored_as(weights, weight.shape)
+            if kind == GGMLQuantizationType.F16:
                 writer.add_tensor(tensor.name, weight.astype(np.float16))
             else:
-                writer.add_tensor(tensor.name, quantize(weight, GGMLQuantizationType.Q8_0),
-                                  raw_dtype=GGMLQuantizationType.Q8_0)
+                writer.add_tensor(tensor.name, quantize(weight, kind), raw_dtype=kind)
         if updates:
             raise UnsupportedAdapter(f"{note}: the base has no tensor {sorted(updates)[0]}")
 
@@ -468,10 +506,23 @@ def gguf_spans(path: str | os.PathLike) -> dict[str, _Span]:
     return _spans(str(path), stat.st_mtime_ns, stat.st_size)
 
 
-def _patch(base_gguf, reencoded, out, updates: dict) -> Path | None:
-    """``reencoded`` (the base as :func:`reencode_base` writes it) copied to ``out`` (atomically), each tensor in
-    ``updates`` replaced by the base's own tensor plus its B·A in Q8_0 - byte for byte what :func:`_rewrite`
-    writes for it. None where a tensor would change its type or size (a float base: rewrite it instead)."""
+def _stored_as(weights: str, shape: tuple[int, ...]):
+    """The GGML type a merged or re-encoded matrix of ``shape`` is written as in encoding ``weights``: Q8_0 needs
+    rows of whole 32-value blocks (float16 otherwise)."""
+    from gguf import GGMLQuantizationType as Q
+
+    if weights == "bf16":
+        return Q.BF16
+    if weights == "q8_0" and shape[-1] % 32 == 0:
+        return Q.Q8_0
+    return Q.F16
+
+
+def _patch(base_gguf, reencoded, out, updates: dict, weights: str) -> Path | None:
+    """``reencoded`` (the base as :func:`reencode_base` writes it in encoding ``weights``) copied to ``out``
+    (atomically), each tensor in ``updates`` replaced by the base's own tensor plus its B·A in that encoding -
+    byte for byte what :func:`_rewrite` writes for it. None where a tensor would change its type or size (a float
+    base, a base re-encoded otherwise: rewrite it instead)."""
     import shutil
 
     from gguf import GGMLQuantizationType
@@ -482,7 +533,7 @@ def _patch(base_gguf, reencoded, out, updates: dict) -> Path | None:
         if name not in source or name not in target:
             raise UnsupportedAdapter(f"the base has no tensor {name}")
         t = target[name]
-        if t.kind != GGMLQuantizationType.Q8_0 or len(t.dims) != 2 or t.dims[0] % 32:
+        if len(t.dims) != 2 or t.kind != _stored_as(weights, t.dims[::-1]) or t.kind == GGMLQuantizationType.F16:
             return None
     out = Path(out)
     with written_aside(out) as tmp:
@@ -493,7 +544,7 @@ def _patch(base_gguf, reencoded, out, updates: dict) -> Path | None:
                 src.seek(s.offset)
                 raw = np.frombuffer(src.read(s.nbytes), dtype=np.uint8).reshape(s.dims[1], -1)
                 weight = _with_update(base_gguf, name, raw, GGMLQuantizationType(s.kind), update)
-                merged = quantize(weight, GGMLQuantizationType.Q8_0)
+                merged = quantize(weight, GGMLQuantizationType(t.kind))
                 if merged.nbytes != t.nbytes:
                     raise ModelError(f"{name}: {merged.nbytes} merged bytes for a {t.nbytes}-byte tensor")
                 dst.seek(t.offset)
@@ -512,8 +563,9 @@ def _read_gguf(path: str, mtime_ns: int, size: int):
 
 
 def _reencoded(tensor, weights: str) -> bool:
-    """Whether a tensor the update does not touch is written again as Q8_0: a quantized matrix of another type
-    (the embedded base's Q4_1). llama.cpp multiplies a batch of rows by Q8_0 weights with tiled kernels and by
+    """Whether a tensor the update does not touch is written again in encoding ``weights``. As BF16: every
+    quantized matrix (the embedded base's Q4_1 ones and its Q8_0 embedding, which is also its output head). As
+    Q8_0: a quantized matrix of another type (the embedded base's Q4_1). llama.cpp multiplies a batch of rows by Q8_0 weights with tiled kernels and by
     Q4_1 ones row by row: on this 2-core CPU a 480-token prefill runs at ~580 tokens/s on the base re-encoded as
     Q8_0 against ~300 on the shipped Q4_1 file, and one-row decoding at 86-102 against 72-75 tokens/s
     (``bench/latency.py``'s reference rows). Q8_0 holds each Q4_1 value to within 1/18 of its block's Q4_1 step
@@ -521,9 +573,11 @@ def _reencoded(tensor, weights: str) -> bool:
     Q8_0 ones keep their bytes; ``weights="f16"`` (the tests' exact-arithmetic form) re-encodes nothing."""
     from gguf import GGMLQuantizationType as Q
 
-    if weights == "f16" or len(tensor.shape) < 2 or tensor.shape[0] % 32:
+    if weights == "f16" or len(tensor.shape) < 2:
         return False
-    return tensor.tensor_type not in (Q.F32, Q.F16, Q.BF16, Q.F64, Q.Q8_0)
+    if weights == "bf16":
+        return tensor.tensor_type not in (Q.F32, Q.F16, Q.BF16, Q.F64)
+    return tensor.shape[0] % 32 == 0 and tensor.tensor_type not in (Q.F32, Q.F16, Q.BF16, Q.F64, Q.Q8_0)
 
 
 def read_shape(gguf_path: str | os.PathLike) -> tuple[BaseShape, int]:

@@ -307,7 +307,7 @@ class LlamaCppEngine(_EngineThread):
                answer: Callable) -> None:
         """Decode ``group`` (jobs of ``shard``) and the jobs of it that arrive meanwhile; ``waiting`` (the other
         shards' jobs) gains what arrives for other shards. Every job of the batch is appended to ``group``."""
-        serving = self.execution.decoder_for(shard)
+        serving = self.execution.decoder_for(shard, rows=len(group))  # the rows it starts with pick the encoding
         if serving is None:
             self._by_reference(group, answer)
             return
