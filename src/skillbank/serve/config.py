@@ -55,7 +55,7 @@ class ServeConfig(BaseModel):
     threads: threads of the served model; None = one fewer than the cores (at least 1, at most 8), which
         leaves a core for the event loop and the HTTP traffic (on 2 cores this measured faster than 2 threads).
     max_resident: most shards kept loaded at once, least recently used evicted (None = every shard, once used;
-        with the llama.cpp engine at most ``SERVED_MERGED`` merged models, ~350 MB each); with torch a batch
+        with the llama.cpp engine at most ``SERVED_MERGED`` merged models, 350-460 MB each); with torch a batch
         keeps every shard its rows decode with, so the bound is max(max_resident, shards in the batch).
     learn_threads: torch threads of a background learn process (None = half the cores: it shares them with
         serving).

@@ -77,8 +77,9 @@ class Planned:
         return self.decision.out_of_scope
 
 
-SERVED_MERGED = 8  # merged models the llama.cpp engine keeps loaded while serving (~350 MB each): more shards
-# are hot at once than in one `skillbank plan`, and reloading one costs ~0.3 s
+SERVED_MERGED = 8  # merged models the llama.cpp engine keeps loaded while serving (~350 MB each in Q8_0, ~460 in
+# BF16; a shard served both alone and in batches holds one of each): more shards are hot at once than in one
+# `skillbank plan`, and reloading one costs ~0.3 s
 
 
 def serve_engine(root: Path, config: ServeConfig, base=None) -> str:
