@@ -432,6 +432,22 @@ def test_adapters_llama_cpp_cannot_apply_exactly_are_named(tmp_path):
     assert not (tmp_path / "out.gguf").exists()
 
 
+def test_the_encoding_follows_the_rows_and_the_cpu_unless_fixed(monkeypatch):
+    """Q8_0 for one row; BF16 for more only where llama.cpp has BF16 dot products; the variable fixes one encoding
+    for every width, and a value it does not know is an error naming it."""
+    import skillbank.model.llamacpp as engine
+
+    monkeypatch.delenv("SKILLBANK_LLAMACPP_ENCODING", raising=False)
+    for has_bf16, batched in ((True, "bf16"), (False, "q8_0")):
+        monkeypatch.setattr(engine, "_bf16_kernels", lambda: has_bf16)
+        assert [engine.encoding_for(n) for n in (1, 2, 16)] == ["q8_0", batched, batched]
+    monkeypatch.setenv("SKILLBANK_LLAMACPP_ENCODING", "bf16")
+    assert engine.encoding_for(1) == "bf16"
+    monkeypatch.setenv("SKILLBANK_LLAMACPP_ENCODING", "fp8")
+    with pytest.raises(ModelError, match="SKILLBANK_LLAMACPP_ENCODING='fp8'"):
+        engine.encoding_for(16)
+
+
 def _own_llamacpp_cache(tmp_path, monkeypatch) -> None:
     """llama.cpp's forms made in a cache of the test's own (the embedded model's conversion, the encoder and the
     rest shared with the machine's)."""

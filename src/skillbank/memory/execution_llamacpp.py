@@ -127,6 +127,7 @@ class LlamaCppExecution:
         self.gguf = embedded_gguf_path()
         self.shape, self.n_vocab = read_shape(self.gguf)
         self.merge = merge
+        encoding_for(1)  # a bad $SKILLBANK_LLAMACPP_ENCODING fails the open, not a plan
         self._base: LlamaCppDecoder | None = None  # the base with runtime adapters (merge=False)
         self.stops = set(stop_token_ids(self.tokenizer))
         self.grammars_compiled = GrammarCache(self.tokenizer, self.stops, self.n_vocab)
