@@ -12,7 +12,7 @@ at about the bare base's speed, where llama.cpp's runtime LoRA adds two products
 converter version - so a relearned shard, another base or a newer converter never reads a stale file, and a
 partial file never exists under that name (written aside, then renamed). A cached file llama.cpp cannot load is
 made again once. The cache keeps the most recently used merged models within a disk budget
-(``$SKILLBANK_MERGED_CACHE_MB``, default 2048; the oldest are deleted and made again when needed), and at most
+(``$SKILLBANK_MERGED_CACHE_MB``, default 4096: ten shards in both encodings; the oldest are deleted and made again when needed), and at most
 ``MERGED_RESIDENT`` of them stay loaded (``merged_resident``: the service keeps more). ``merge=False`` takes the runtime-LoRA route instead: one base model
 (the shipped file re-encoded in Q8_0 once, ``<cache root>/llamacpp/base/``),
 each shard's adapter converted to llama.cpp's LoRA GGUF (:func:`~skillbank.model.llamacpp.convert_lora`, ~15 MB,
@@ -499,8 +499,8 @@ def reencoded_base(base_digest: str, gguf: Path, encoding: str = "q8_0") -> tupl
 
 
 def _cache_budget() -> int:
-    """Bytes the merged-model cache may hold ($SKILLBANK_MERGED_CACHE_MB, default 2048)."""
-    raw = os.environ.get("SKILLBANK_MERGED_CACHE_MB", "2048")
+    """Bytes the merged-model cache may hold ($SKILLBANK_MERGED_CACHE_MB, default 4096)."""
+    raw = os.environ.get("SKILLBANK_MERGED_CACHE_MB", "4096")
     try:
         return int(float(raw) * 2**20)
     except ValueError:
