@@ -55,8 +55,8 @@ from skillbank.errors import ModelError
 CONVERTER_VERSION = 2
 # How a merged model stores its matrices (each encoding is part of the merged file's name). Q8_0: half BF16's
 # bytes, the faster one where a pass reads every weight for one row; BF16: llama.cpp's fastest batched kernels on
-# CPUs with BF16 dot products (scripts/llamacpp_encodings.py: 1.45x Q8_0's tokens/s at 16 rows, 0.87x at one,
-# on this AVX512-BF16 CPU). "f16" (:func:`merge_lora`) is the tests' exact-arithmetic form, not an engine's.
+# CPUs with BF16 dot products (which one a pass uses, and the measurements: encoding_for). "f16" (merge_lora) is
+# the tests' exact-arithmetic form, not an engine's.
 ENCODINGS = ("q8_0", "bf16")
 # PEFT module name -> llama.cpp tensor name (llama architecture)
 MODULES = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
@@ -565,12 +565,13 @@ def _read_gguf(path: str, mtime_ns: int, size: int):
 def _reencoded(tensor, weights: str) -> bool:
     """Whether a tensor the update does not touch is written again in encoding ``weights``. As BF16: every
     quantized matrix (the embedded base's Q4_1 ones and its Q8_0 embedding, which is also its output head). As
-    Q8_0: a quantized matrix of another type (the embedded base's Q4_1). llama.cpp multiplies a batch of rows by Q8_0 weights with tiled kernels and by
-    Q4_1 ones row by row: on this 2-core CPU a 480-token prefill runs at ~580 tokens/s on the base re-encoded as
-    Q8_0 against ~300 on the shipped Q4_1 file, and one-row decoding at 86-102 against 72-75 tokens/s
-    (``bench/latency.py``'s reference rows). Q8_0 holds each Q4_1 value to within 1/18 of its block's Q4_1 step
-    (measured over the embedded base: 0.054 at most, 0.031 on average). Float tensors (norms, a float base) and
-    Q8_0 ones keep their bytes; ``weights="f16"`` (the tests' exact-arithmetic form) re-encodes nothing."""
+    Q8_0: a quantized matrix of another type (the embedded base's Q4_1). llama.cpp multiplies a batch of rows by
+    Q8_0 weights with tiled kernels and by Q4_1 ones row by row: on this 2-core CPU a 480-token prefill runs at
+    ~580 tokens/s on the base re-encoded as Q8_0 against ~300 on the shipped Q4_1 file, and one-row decoding at
+    86-102 against 72-75 tokens/s (``bench/latency.py``'s reference rows). Q8_0 holds each Q4_1 value to within
+    1/18 of its block's Q4_1 step (measured over the embedded base: 0.054 at most, 0.031 on average). Float
+    tensors (norms, a float base) keep their bytes, and in Q8_0 the Q8_0 ones; ``weights="f16"`` (the tests'
+    exact-arithmetic form) re-encodes nothing."""
     from gguf import GGMLQuantizationType as Q
 
     if weights == "f16" or len(tensor.shape) < 2:
