@@ -55,8 +55,8 @@ def rewrite_f16(src: Path, out: Path) -> Path:
 
 def parity(bank_dir: Path, threads: int, batch: int) -> dict:
     """Graph EM of every shard of ``bank_dir`` on its family's held-out template requests (the demo stream's), its
-    update merged into the base stored as Q8_0 and as BF16 (``$SKILLBANK_LLAMACPP_ENCODING``, which the harness's
-    llama.cpp engine reads); decoded by llama.cpp under the shard's grammar."""
+    update merged into the base stored as Q8_0 and as BF16 (the harness's llama.cpp engine in each encoding);
+    decoded by llama.cpp under the shard's grammar."""
     from skillbank.continual.engines import LlamaCppOutputs
     from skillbank.data.builtin import build_builtin_stream
     from skillbank.memory.bank import SkillBank
@@ -69,9 +69,7 @@ def parity(bank_dir: Path, threads: int, batch: int) -> dict:
     out: dict = {}
     texts: dict = {}
     for kind in ("q8_0", "bf16"):
-        os.environ["SKILLBANK_LLAMACPP_ENCODING"] = kind
-        engine = LlamaCppOutputs(base.identity, threads=threads)
-        assert engine.encoding == kind
+        engine = LlamaCppOutputs(base.identity, threads=threads, encoding=kind)
         try:
             for entry in bank.manifest.shards:
                 em, texts.setdefault(entry.name, {})[kind] = oracle_outputs(
@@ -81,7 +79,6 @@ def parity(bank_dir: Path, threads: int, batch: int) -> dict:
                 print(f"{entry.name:<28} {kind:<5} EM {out[entry.name][kind]:.1f}", flush=True)
         finally:
             engine.close()
-            del os.environ["SKILLBANK_LLAMACPP_ENCODING"]
     for name, t in texts.items():
         out[name]["same_text"] = round(sum(a == b for a, b in zip(t["q8_0"], t["bf16"])) / len(t["q8_0"]), 3)
     for kind in ("q8_0", "bf16"):

@@ -84,6 +84,37 @@ def test_compare_config_carries_the_committed_sweeps_selection():
     assert sorted(checked) == ["ewc", "lwf", "olora", "replay", "sft"]
 
 
+def test_the_llama_cpp_encoding_is_resolved_once_and_kept_when_a_run_resumes(tmp_path, monkeypatch):
+    """``[eval] llamacpp_encoding``: "auto" resolves to this machine's batched encoding when the run starts and is
+    saved; a run resumed with "auto" keeps the encoding it started with, even where this machine would pick
+    another (a run saved before the setting existed used Q8_0); an explicit other encoding is refused by name."""
+    import skillbank.model.llamacpp as llamacpp
+    from skillbank.config import saved_encoding
+    from skillbank.continual.runner import _check_config
+
+    monkeypatch.setattr(RunConfig, "eval_engine", lambda self: "llama.cpp")
+    monkeypatch.setattr(llamacpp, "encoding_for", lambda rows: "q8_0")
+    cfg = RunConfig.from_dict({})
+    assert cfg.resolved()["eval"]["llamacpp_encoding"] == "q8_0"
+    _check_config(tmp_path, cfg)  # the run starts on a machine without BF16 kernels
+
+    monkeypatch.setattr(llamacpp, "encoding_for", lambda rows: "bf16")  # resumed on one with them
+    assert cfg.resolved()["eval"]["llamacpp_encoding"] == "bf16"
+    _check_config(tmp_path, cfg)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["eval"]["llamacpp_encoding"] == "q8_0" == saved_encoding(saved)
+    assert RunConfig.from_run(saved).eval_encoding() == "q8_0"
+    with pytest.raises(ConfigError, match=r"models in q8_0, not bf16 \(\[eval\] llamacpp_encoding\)"):
+        _check_config(tmp_path, RunConfig.from_dict({"eval": {"llamacpp_encoding": "bf16"}}))
+    _check_config(tmp_path, RunConfig.from_dict({"eval": {"llamacpp_encoding": "q8_0"}}))  # the same, named
+
+    del saved["eval"]["llamacpp_encoding"]  # written before the setting existed
+    assert saved_encoding(saved) == "q8_0" and RunConfig.from_run(saved).eval.llamacpp_encoding == "q8_0"
+    assert saved_encoding({"eval": {"engine": "torch"}}) == "auto"
+    with pytest.raises(ConfigError, match="llamacpp_encoding"):
+        RunConfig.from_dict({"eval": {"llamacpp_encoding": "fp8"}})
+
+
 def test_the_eval_engine_is_resolved_saved_and_part_of_a_run_s_identity(tmp_path, tiny_model_dir):
     """``[eval] engine``: "auto" is llama.cpp only where it runs the base (the embedded model), torch for any
     other; an explicit "llama.cpp" on another base is an error naming why; a run saved before engines existed

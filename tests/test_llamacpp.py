@@ -703,6 +703,7 @@ def test_the_harness_evaluates_every_state_with_llama_cpp(tmp_path):
     engine, and resuming it on the other engine is refused before anything loads."""
     from skillbank.config import ConfigError, RunConfig
     from skillbank.continual.runner import run
+    from skillbank.model.llamacpp import encoding_for
 
     raw = {"name": "engine", "methods": ["fsm", "progressive-routed"],
            "stream": {"source": "builtin", "train_per_family": 4, "test_per_family": 2},
@@ -710,7 +711,8 @@ def test_the_harness_evaluates_every_state_with_llama_cpp(tmp_path):
            "train": {"epochs": 1, "batch_size": 4, "rank": 4, "alpha": 8, "target_format": "compact"},
            "eval": {"orders": ["T1,T2"], "max_new_tokens": 48, "batch_size": 4, "engine": "llama.cpp"}}
     record = run(RunConfig.from_dict(raw), tmp_path / "run", progress=False, report=False)
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["eval"]["engine"] == "llama.cpp"
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())["eval"]
+    assert saved["engine"] == "llama.cpp" and saved["llamacpp_encoding"] == encoding_for(16)  # resolved, recorded
     for method in ("fsm", "progressive-routed"):
         result = record["methods"][method]["T1,T2"]
         assert result["timing"]["generated_this_run"] > 0

@@ -110,6 +110,11 @@ class EvalSettings(_Strict):
         "method's update merged into the embedded base; torch, the reference decoder; auto: llama.cpp where it can "
         "run the base on this machine's CPU (the embedded model, llama-cpp-python installed, no GPU in use), else "
         "torch. Resolved when the run starts and saved with it: part of a run's identity"))
+    llamacpp_encoding: Literal["auto", "q8_0", "bf16"] = Field("auto", description=(
+        "how the llama.cpp engine stores the merged models it evaluates with (skillbank.model.llamacpp.encoding_for):"
+        " auto, the batched encoding of this machine (BF16 where llama.cpp has the CPU's BF16 dot products, else "
+        "Q8_0), resolved when the run starts and kept when it is resumed, on any machine; q8_0 or bf16 to choose. "
+        "Saved with the run and part of its identity (the two round differently); unused by the torch engine"))
     extra_sets: list[str] = Field(default_factory=list, description=(
         "JSONL record files of the stream's families written elsewhere (by hand, or real traffic), a path relative "
         "to the current directory; every method is also evaluated on each after its last stage, routed as on the "
@@ -216,7 +221,17 @@ class RunConfig(_Strict):
         d["method_params"] = {m: self.method_params_for(m).model_dump() for m in self.methods}
         d["method_train"] = {m: dict(v) for m, v in self.method_train.items() if v}
         d["eval"]["engine"] = self.eval_engine()
+        d["eval"]["llamacpp_encoding"] = self.eval_encoding(d["eval"]["engine"])
         return d
+
+    def eval_encoding(self, engine: str | None = None) -> str:
+        """``[eval] llamacpp_encoding`` resolved: "auto" is the batched encoding of this machine when the llama.cpp
+        engine generates (``engine``, default :meth:`eval_engine`), and stays "auto" (unused) for torch."""
+        if self.eval.llamacpp_encoding != "auto" or (engine or self.eval_engine()) != "llama.cpp":
+            return self.eval.llamacpp_encoding
+        from skillbank.model.llamacpp import encoding_for
+
+        return encoding_for(16)
 
     def eval_engine(self) -> str:
         """``[eval] engine`` resolved for this machine: "llama.cpp" or "torch" (``skillbank.continual.engines``).
@@ -253,8 +268,10 @@ class RunConfig(_Strict):
     def from_run(cls, raw: dict, where: str = "config") -> "RunConfig":
         """A run directory's saved ``config.json``: runs made before constrained decoding existed decoded freely,
         and those made before ``[eval] engine`` existed generated with torch, so a missing ``eval.constrain`` reads
-        as false and a missing ``eval.engine`` as "torch" there (not as the defaults for new configs)."""
+        as false and a missing ``eval.engine`` as "torch" there (not as the defaults for new configs); a missing
+        ``eval.llamacpp_encoding`` as :func:`saved_encoding` says."""
         raw = {**raw, "eval": {"constrain": False, "engine": "torch", **raw.get("eval", {})}}
+        raw["eval"].setdefault("llamacpp_encoding", saved_encoding(raw))
         return cls.from_dict(raw, where)
 
     @classmethod
@@ -331,6 +348,15 @@ class SweepConfig(BaseModel):
         """The same sweep with ``[base] threads`` set (how fast it runs, not what it learns)."""
         base = self.run.base.model_copy(update={"threads": threads})
         return self.model_copy(update={"run": self.run.model_copy(update={"base": base})})
+
+
+def saved_encoding(saved: dict) -> str:
+    """The llama.cpp encoding a run directory's saved configuration generated with: the one it records, else Q8_0
+    for a llama.cpp run (the only encoding before BF16 existed) and "auto" (unused) for a torch one."""
+    evaluation = saved.get("eval", {})
+    if "llamacpp_encoding" in evaluation:
+        return evaluation["llamacpp_encoding"]
+    return "q8_0" if evaluation.get("engine") == "llama.cpp" else "auto"
 
 
 def packaged_config(name: str) -> Path:

@@ -50,14 +50,14 @@ class LlamaCppOutputs:
 
     name = "llama.cpp"
 
-    def __init__(self, base_identity: dict, threads: int | None = None):
+    def __init__(self, base_identity: dict, threads: int | None = None, encoding: str = "auto"):
         import numpy as np
 
         from skillbank.model.constrain import GrammarCache
         from skillbank.memory.execution_llamacpp import embedded_digest_problem
         from skillbank.model.embedded import embedded_gguf_path, embedded_tokenizer_dir
         from skillbank.model.light_tokenizer import LightTokenizer
-        from skillbank.model.llamacpp import CONVERTER_VERSION, base_problem, encoding_for, read_shape
+        from skillbank.model.llamacpp import CONVERTER_VERSION, ENCODINGS, base_problem, encoding_for, read_shape
         from skillbank.model.prompts import stop_token_ids
 
         problem = (base_problem(base_identity.get("name", "?"))
@@ -67,9 +67,12 @@ class LlamaCppOutputs:
         if threads is None:
             import torch  # the run's base is loaded: torch is imported, its thread count set by [base] threads
             threads = torch.get_num_threads()
-        # The harness decodes its prompts in batches: merged in the batched encoding (model.llamacpp.encoding_for).
-        # Part of the outputs' cache key, but for Q8_0, which keeps the key of the runs before BF16 was an option.
-        self.encoding = encoding_for(16)
+        # The harness decodes its prompts in batches: merged in the batched encoding (model.llamacpp.encoding_for)
+        # unless the run recorded another ([eval] llamacpp_encoding). Part of the outputs' cache key, but for Q8_0,
+        # which keeps the key of the runs before BF16 was an option.
+        self.encoding = encoding_for(16) if encoding == "auto" else encoding
+        if self.encoding not in ENCODINGS:
+            raise ConfigError(f"llama.cpp encoding {encoding!r}: expected auto or one of {list(ENCODINGS)}")
         self.key = f"engine:llama.cpp-v{CONVERTER_VERSION}" + ("" if self.encoding == "q8_0" else f"-{self.encoding}")
         self.base_digest = base_identity["digest"]
         self.threads = threads
@@ -145,6 +148,7 @@ class LlamaCppOutputs:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def outputs_engine(name: str, base_identity: dict):
-    """The engine that writes a run's outputs, by its resolved name ("torch" or "llama.cpp")."""
-    return LlamaCppOutputs(base_identity) if name == "llama.cpp" else TorchOutputs()
+def outputs_engine(name: str, base_identity: dict, encoding: str = "auto"):
+    """The engine that writes a run's outputs, by its resolved name ("torch" or "llama.cpp"); ``encoding``: the
+    llama.cpp engine's merged models (``[eval] llamacpp_encoding``)."""
+    return LlamaCppOutputs(base_identity, encoding=encoding) if name == "llama.cpp" else TorchOutputs()

@@ -97,7 +97,7 @@ def _probe(cfg, stream, name, order_name, order, mdir, final, say, progress) -> 
 
     base = load_base(cfg.base_config(), progress=progress)
     method = final_method(cfg, stream, name, order_name, mdir, base, say, progress)
-    engine = outputs_engine(cfg.eval_engine(), base.identity)  # the engine the run generated with
+    engine = outputs_engine(cfg.eval_engine(), base.identity, cfg.eval_encoding())  # what the run generated with
     try:
         cache = OutputCache.for_run(mdir / "outputs.jsonl", cfg, stream, engine)
         t0 = time.perf_counter()

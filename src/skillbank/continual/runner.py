@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from skillbank.config import ConfigError, RunConfig
+from skillbank.config import ConfigError, RunConfig, saved_encoding
 from skillbank.run_dir import (COMPLETE, FIT_CHECKPOINT, build_run_stream, collect_method_order,
                                          write_json_atomic, write_jsonl_atomic)
 from skillbank.continual.progress import machine_label
@@ -322,6 +322,7 @@ class RunContext:
     progress: bool
     stage_cache: Path | None = None  # trained stages other methods may load (skillbank.continual.stage_cache)
     engine: str = "torch"  # what generates the outputs ([eval] engine resolved: skillbank.continual.engines)
+    encoding: str = "auto"  # the llama.cpp engine's merged models ([eval] llamacpp_encoding resolved)
 
 
 def run_method_order(rc: RunContext, method_name: str, order_name: str, pretrained: dict | None = None) -> dict:
@@ -367,7 +368,7 @@ def _run_method_order(rc: RunContext, method_name: str, order_name: str, pretrai
                         checkpoint_seconds=60 * cfg.runner.checkpoint_minutes)
     method = cls(ctx, cfg.method_params_for(method_name))
     shared = rc.stage_cache / "outputs.jsonl" if rc.stage_cache and cls.first_stage_group else None
-    engine = outputs_engine(rc.engine, base.identity)
+    engine = outputs_engine(rc.engine, base.identity, rc.encoding)
     cache = OutputCache.for_run(mdir / "outputs.jsonl", cfg, stream, engine, shared=shared)
     if finished:
         if say:
@@ -456,12 +457,27 @@ def _check_config(out: Path, cfg: RunConfig) -> None:
     if path.is_file():
         old = json.loads(path.read_text())
         check_same_config(out, old, new)
+        _keep_encoding(out, cfg, old, new)
         new["methods"] = list(dict.fromkeys(old.get("methods", []) + new["methods"]))
         new["method_params"] = {**old.get("method_params", {}), **new["method_params"]}
         new["method_train"] = {**old.get("method_train", {}), **new["method_train"]}
         new["eval"]["orders"] = list(dict.fromkeys(old["eval"]["orders"] + new["eval"]["orders"]))
         new["eval"]["extra_sets"] = list(dict.fromkeys(old["eval"].get("extra_sets", []) + new["eval"]["extra_sets"]))
     write_json_atomic(path, new)
+
+
+def _keep_encoding(out: Path, cfg: RunConfig, old: dict, new: dict) -> None:
+    """A resumed run generates with the llama.cpp encoding it started with (``new`` is set to it): "auto" is
+    resolved once, when the run starts, so a run moved to a machine whose rule picks another keeps its own; an
+    explicit other encoding is :class:`ConfigError` (the two round differently)."""
+    saved = saved_encoding(old)
+    if new["eval"]["engine"] != "llama.cpp" or saved == "auto":
+        return
+    if cfg.eval.llamacpp_encoding not in ("auto", saved):
+        raise ConfigError(f"{out} holds a run generated with llama.cpp models in {saved}, not "
+                          f"{cfg.eval.llamacpp_encoding} ([eval] llamacpp_encoding); use another directory or "
+                          "--restart to discard it")
+    new["eval"]["llamacpp_encoding"] = saved
 
 
 def check_same_config(out: Path, old: dict, new: dict) -> None:
@@ -517,7 +533,8 @@ _ADDED_DEFAULTS = {"stream": {"validation_per_family": None, "validation_fractio
 # test_serve.py compare them, and bench/eval_batch.py counts differing outputs on a trained adapter; like the
 # thread count, only float rounding of the matrix products could ever tell them apart.)
 # Extra evaluation sets add figures after the last stage and change none of the stream's.
-_NOT_IDENTITY = {"eval": {"orders", "batch_size", "extra_sets"}, "base": {"threads", "cache_dir"}}
+# The llama.cpp encoding is kept by the run instead (_keep_encoding): resolved once, when it starts.
+_NOT_IDENTITY = {"eval": {"orders", "batch_size", "extra_sets", "llamacpp_encoding"}, "base": {"threads", "cache_dir"}}
 
 
 def _identity(section: str, value):
@@ -585,10 +602,11 @@ def run(cfg: RunConfig, out_dir: str | Path, *, say: Say | None = None, progress
                                                        for v in stream.summary().values()) + " (train/test per family)")
     if stage_cache == "default":
         stage_cache = out / "shared-stages"
-    # the engine the run was configured with (config.json), so a run resumed elsewhere never switches engines
-    engine = json.loads((out / "config.json").read_text())["eval"]["engine"] if main else cfg.eval_engine()
+    # the engine and encoding the run was configured with (config.json), so a run resumed elsewhere never switches
+    saved = json.loads((out / "config.json").read_text()) if main else cfg.resolved()
+    engine, encoding = saved["eval"]["engine"], saved_encoding(saved)
     rc = RunContext(cfg, stream, out, say if main else None, progress, Path(stage_cache) if stage_cache else None,
-                    engine)
+                    engine, encoding)
     methods: dict[str, dict] = {}
     for name in cfg.methods:
         pretrained = None
