@@ -113,8 +113,9 @@ class EvalSettings(_Strict):
     llamacpp_encoding: Literal["auto", "q8_0", "bf16"] = Field("auto", description=(
         "how the llama.cpp engine stores the merged models it evaluates with (skillbank.model.llamacpp.encoding_for):"
         " auto, the batched encoding of this machine (BF16 where llama.cpp has the CPU's BF16 dot products, else "
-        "Q8_0), resolved when the run starts and kept when it is resumed, on any machine; q8_0 or bf16 to choose. "
-        "Saved with the run and part of its identity (the two round differently); unused by the torch engine"))
+        "Q8_0), resolved when the run starts, saved with it and kept when it is resumed, on any machine (the two "
+        "round differently: a run never mixes them; naming another for a started run is refused); q8_0 or bf16 to "
+        "choose. Unused by the torch engine"))
     extra_sets: list[str] = Field(default_factory=list, description=(
         "JSONL record files of the stream's families written elsewhere (by hand, or real traffic), a path relative "
         "to the current directory; every method is also evaluated on each after its last stage, routed as on the "
