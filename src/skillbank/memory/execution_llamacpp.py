@@ -251,7 +251,8 @@ class LlamaCppExecution:
         """How many shard groups decode side by side: one per thread, at most one per group. llama.cpp spreads a
         forward pass of this small model over two threads poorly (two one-thread decoders side by side fed 174 /
         192 / 261 / 291 tokens/s at 1 / 4 / 8 / 16 rows against 115 / 171 / 215 / 245 for one two-thread decoder,
-        Q8_0 merged models, ``bench/llamacpp_batches.py``), so the groups of a mixed batch run one per core. One
+        Q8_0 merged models; BF16 ones 152 / 339 / 387 / 500 against 111 / 267 / 346 / 427,
+        ``bench/llamacpp_batches.py``), so the groups of a mixed batch run one per core. One
         decoder with runtime adapters (``merge=False``) is one lane. ``$SKILLBANK_LANES`` caps the count (1: one
         group after another)."""
         if not self.merge or groups < 2:
