@@ -355,15 +355,12 @@ def reencoded_reference(prompts: list[tuple[list[int], int]], rows: dict, thread
     one, many = encoding_for(1), encoding_for(16)
     out: dict = {"encoding_batch1": one, "encoding_batched": many}
     with tempfile.TemporaryDirectory(prefix="latency-reencoded-") as tmp:
-        for encoding in dict.fromkeys((one, many)):
-            path = reencode_base(embedded_gguf_path(), Path(tmp) / f"base-{encoding}.gguf", encoding)
-            label = f"llama.cpp, base re-encoded as {encoding.upper()}"
-            if encoding == one:
-                run = llama_runner(None, threads, path)
-                out.update(llama_reference(run, prompts, threads, label))
-                del run
-            if encoding == many:
-                out.update(llama_batched_reference(rows, threads, path, label, rounds))
+        paths = {e: reencode_base(embedded_gguf_path(), Path(tmp) / f"base-{e}.gguf", e) for e in {one, many}}
+        run = llama_runner(None, threads, paths[one])
+        out.update(llama_reference(run, prompts, threads, f"llama.cpp, base re-encoded as {one.upper()}"))
+        del run
+        out.update(llama_batched_reference(rows, threads, paths[many], f"llama.cpp, base re-encoded as "
+                                           f"{many.upper()}", rounds))
     return out
 
 

@@ -603,8 +603,12 @@ def run(cfg: RunConfig, out_dir: str | Path, *, say: Say | None = None, progress
     if stage_cache == "default":
         stage_cache = out / "shared-stages"
     # the engine and encoding the run was configured with (config.json), so a run resumed elsewhere never switches
-    saved = json.loads((out / "config.json").read_text()) if main else cfg.resolved()
-    engine, encoding = saved["eval"]["engine"], saved_encoding(saved)
+    if main:
+        saved = json.loads((out / "config.json").read_text())
+        engine, encoding = saved["eval"]["engine"], saved_encoding(saved)
+    else:
+        engine = cfg.eval_engine()
+        encoding = cfg.eval_encoding(engine)
     rc = RunContext(cfg, stream, out, say if main else None, progress, Path(stage_cache) if stage_cache else None,
                     engine, encoding)
     methods: dict[str, dict] = {}

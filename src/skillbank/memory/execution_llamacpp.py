@@ -190,10 +190,14 @@ class LlamaCppExecution:
         runtime-adapter route has one base model, Q8_0."""
         return encoding_for(rows) if self.merge else "q8_0"
 
-    def _ensure(self, name: str, entry, rows: int = 1) -> tuple[LlamaCppDecoder, str | None] | None:
-        """The decoder that plans shard ``name`` ``rows`` rows a pass and the adapter to apply (None: merged into
-        its weights), making the shard's converted form first if needed; None when the reference engine must
-        serve it."""
+    def _stem(self, key: str, encoding: str) -> str:
+        """The cached file's name (less ``.gguf``) of a shard whose adapter key is ``key``, in ``encoding``."""
+        return f"{key}-{encoding}" if self.merge else key
+
+    def _ensure(self, name: str, entry, encoding: str) -> tuple[LlamaCppDecoder, str | None] | None:
+        """The decoder that plans shard ``name`` in ``encoding`` (:meth:`encoding`) and the adapter to apply
+        (None: merged into its weights), making the shard's converted form first if needed; None when the
+        reference engine must serve it."""
         if name in self.reference_shards:
             return None
         directory, digests = self.root / entry.dir, getattr(entry, "digests", None) or {}
@@ -201,12 +205,11 @@ class LlamaCppExecution:
             key = adapter_key(digests, self.base_digest)
         except ModelError as exc:  # a bank made before shards had digests: nothing to key a conversion by
             return self._by_reference(name, f"{exc}; no converted adapter can be checked against it")
-        encoding = self.encoding(rows)
-        slot, stem = (name, encoding), f"{key}-{encoding}" if self.merge else key
+        slot, stem = (name, encoding), self._stem(key, encoding)
         if self.loaded.get(slot) == stem:
             self.loaded.move_to_end(slot)
             return (self.merged[slot], None) if self.merge else (self.base, name)
-        for old in [s for s, loaded in self.loaded.items() if s[0] == name and not loaded.startswith(key)]:
+        for old in [s for s, loaded in self.loaded.items() if s[0] == name and loaded != self._stem(key, s[1])]:
             self._drop(old)  # an older version of the shard (relearned in this process)
         # Checked as the shard loads (as the reference engine does): files changed after the bank was opened
         # fail here, naming the shard.
@@ -264,24 +267,24 @@ class LlamaCppExecution:
             raise BankError(f"SKILLBANK_LANES={cap!r} is not a whole number") from None
         return max(1, min(groups, self.threads, most))
 
-    def _acquire(self, name: str, entry, threads: Callable[[], int] | None = None, rows: int = 1):
+    def _acquire(self, name: str, entry, threads: Callable[[], int] | None, encoding: str):
         """:meth:`_ensure` for a lane: the decoder stays loaded until :meth:`_release`, computing with
         ``threads()`` threads (None: all of the engine's)."""
         with self._lock:
-            serving = self._ensure(name, entry, rows)
+            serving = self._ensure(name, entry, encoding)
             if serving is not None:
-                self._in_use[(name, self.encoding(rows))] += 1
+                self._in_use[(name, encoding)] += 1
                 decoder = serving[0]
                 decoder.draft_fed = self.draft_fed
                 decoder.threads_now = threads
                 decoder.set_threads(threads() if threads is not None else self.threads)
             return serving
 
-    def _release(self, name: str, decoder: LlamaCppDecoder, rows: int = 1) -> None:
+    def _release(self, name: str, decoder: LlamaCppDecoder, encoding: str) -> None:
         with self._lock:
             decoder.threads_now = None
             decoder.set_threads(self.threads)  # a lone plan after the lanes computes with every thread
-            slot = (name, self.encoding(rows))
+            slot = (name, encoding)
             self._in_use[slot] -= 1
             if self._in_use[slot] <= 0:
                 del self._in_use[slot]
@@ -331,7 +334,7 @@ class LlamaCppExecution:
         if name not in entries:
             raise BankError(f"unknown shard {name!r}; this bank has {sorted(entries)}")
         self._forget_removed(entries)
-        return self._ensure(name, entries[name], rows)
+        return self._ensure(name, entries[name], self.encoding(rows))
 
     def reference(self):
         """The reference Execution Memory (torch), loaded now if it was not: what serves :attr:`reference_shards`."""
@@ -411,8 +414,9 @@ class LlamaCppExecution:
 
         def run(name: str, idx: list[int], bitmask: np.ndarray, threads: Callable[[], int] | None = None) -> None:
             entry = entries[name]
-            rows = 1 if batch_size == 1 else min(len(idx), batch_size)  # rows a pass: what picks the encoding
-            serving = self._acquire(name, entry, threads, rows)
+            # rows a pass pick the encoding, resolved once for the group
+            encoding = self.encoding(1 if batch_size == 1 else min(len(idx), batch_size))
+            serving = self._acquire(name, entry, threads, encoding)
             if serving is None:
                 with report:
                     by_reference.extend(idx)
@@ -432,7 +436,7 @@ class LlamaCppExecution:
                 else:
                     steps = decoder.decode_many(prompts, adapter, cap, self.stops, matchers, bitmask, width=batch_size)
             finally:
-                self._release(name, decoder, rows)
+                self._release(name, decoder, encoding)
             with report:
                 for i, step in zip(idx, steps):
                     results[i] = self.step_output(name, entry, step, constrain)
