@@ -157,7 +157,7 @@ def test_plan_refuses_what_no_family_covers(tmp_path, base, small_stream):
     from skillbank.memory.scope import ScopeDetector
     # every setting is written out, so a later default cannot change this bank's detector
     assert json.loads((tmp_path / "bank" / "bank.json").read_text())["scope_params"] == {
-        **ScopeDetector().get_params(), "quantile": 0.1, "encoder": DEFAULT_ENCODER}
+        **ScopeDetector(outliers="builtin").get_params(), "quantile": 0.1, "encoder": DEFAULT_ENCODER}
     for k in keys:
         bank.learn(k, small_stream.train[k], CFG, catalog=small_stream.catalog, progress=False, init="fresh")
     inside = [r.request for k in keys for r in small_stream.train[k]][:6]
@@ -325,7 +325,7 @@ def test_a_missing_sentence_encoder_is_named_before_any_training(tmp_path, base,
                "--scope-quantile", "0.05")
     assert r.exit_code == 0, r.output
     params = json.loads((tmp_path / "cli" / "bank.json").read_text())["scope_params"]
-    assert params["encoder"] is None and params["quantile"] == 0.05
+    assert params["encoder"] is None and params["quantile"] == 0.05 and "outliers" not in params
     r = invoke("create", tmp_path / "cli3", "--base", tiny_model_dir, "--scope-encoder", "none",
                "--scope-quantile", "0.7")
     assert r.exit_code != 0 and "quantile must be in [0, 0.5)" in r.output

@@ -569,7 +569,9 @@ def test_docs_load_offline(client):
     assert "https://" not in page.text
 
 
-OFF_DOMAIN = ["what is the capital of France?", "asdf"]
+# "asdf" was the second until 2026-12-06: a request of no word any family or common English knows is now refused
+# as having no words to weigh (scope_margin null), where these assert a margin below the threshold
+OFF_DOMAIN = ["what is the capital of France?", "tell me a joke about penguins"]
 
 
 @pytest.fixture(scope="module")

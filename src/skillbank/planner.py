@@ -236,7 +236,9 @@ class Planner:
         to its score), the spans read as argument values (no evidence either way) and the sentences the router
         left out as scene-setting (``context``; routers that read the whole request leave nothing out) and the
         three skills of the chosen shard its skill statistics find likeliest (``top_skills``; the prior the
-        executor's choice of skill names was weighed by; empty for a shard written without them)."""
+        executor's choice of skill names was weighed by; empty for a shard written without them). A gate with
+        an outlier corpus adds ``outside``: how like the learned families (+1: their mean) rather than like
+        requests no skill serves (-1: the corpus's mean) the request's embedding is."""
         bank, v = self.bank, decision.verdict
         out = {"scope_margin": decision.scope_margin, "scope_family": v.family if v is not None else None, "top_families": [], "counted_words": [],
                "values": [], "context": [], "top_skills": []}
@@ -256,6 +258,8 @@ class Planner:
             out["values"] = [{"kind": k, "text": t} for k, t in masked.values]
             out["counted_words"] = [{"word": w, "score": round(x, 3)}
                                     for w, x in bank.scope.word_evidence(masked, v.family)]
+            if bank.scope.outliers is not None:
+                out["outside"] = round(float(bank.scope.outside_scores([masked])[0]), 3)
         return out
 
     # -- all four, in this process ------------------------------------------------------------------

@@ -26,9 +26,14 @@ def create(bank: Path = typer.Argument(..., help="Directory of the new bank."),
                                              "with 8-bit weights: twice as fast), 'minilm' (the same in float32), a "
                                              "local encoder dir or Hugging Face id, or 'none' for word statistics "
                                              "alone."),
-           scope_quantile: float = typer.Option(0.01, help="Fraction of training requests the out-of-scope "
-                                                "threshold would refuse (larger for families with few, varied "
-                                                "requests)."),
+           scope_quantile: float = typer.Option(0.01, help="Without an outlier corpus: fraction of training "
+                                                "requests the out-of-scope threshold would refuse."),
+           scope_outliers: str = typer.Option("builtin", help="Requests no skill serves, which the out-of-scope "
+                                              "check is also taught: 'builtin' (the corpus shipped with skillbank), "
+                                              "a JSONL file of {\"request\": ...} lines, or 'none'. Its threshold "
+                                              "then refuses --scope-outlier-refusal of that corpus."),
+           scope_outlier_refusal: float = typer.Option(0.9, help="Share of the outlier corpus's requests the "
+                                                       "out-of-scope threshold refuses."),
            address: Optional[str] = typer.Option(None, help="The router: 'embed-lda-nb' (the default: MiniLM "
                                                  "sentence embeddings + word counts, reading past long payloads; "
                                                  "routes hand-written requests best) or 'hashing-nb' (FSM's "
@@ -40,10 +45,22 @@ def create(bank: Path = typer.Argument(..., help="Directory of the new bank."),
     if address is not None and address not in BANK_ADDRESS_KINDS:
         raise typer.BadParameter(f"{address!r}; choose one of {', '.join(BANK_ADDRESS_KINDS)}", param_hint="--address")
     sb = SkillBank.create(bank, base_config=BaseModelConfig(name=base, threads=threads), address_kind=address,
-                          scope_params={"encoder": scope_encoder_name(scope_encoder), "quantile": scope_quantile})
+                          scope_params=scope_settings(scope_encoder, scope_quantile, scope_outliers,
+                                                      scope_outlier_refusal))
     err.print(f"created {bank} on base {base}, router {sb.manifest.address_kind}")
 
 
+
+
+def scope_settings(encoder: str, quantile: float, outliers: str, refusal: float) -> dict:
+    """``SkillBank.create``'s scope_params from create's options (no outlier corpus without an encoder)."""
+    name = scope_encoder_name(encoder)
+    params = {"encoder": name, "quantile": quantile}
+    if name is not None and outliers.strip().lower() != "none":
+        params.update(outliers=outliers, outlier_refusal=refusal)
+    else:
+        params["outliers"] = None
+    return params
 
 
 @friendly_errors

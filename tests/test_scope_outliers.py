@@ -1,0 +1,140 @@
+"""The scope gate's outlier expert (skillbank.memory.outliers): the discriminant against a hand computation,
+exact forget and round trip of its per-family statistics, the threshold set on the corpus out of fold, the
+shipped corpus, and bad corpora."""
+import json
+
+import numpy as np
+import pytest
+
+from skillbank.errors import ScopeError
+from skillbank.memory.outliers import (FOLDS, Moments, corpus_path, discriminant, load_corpus,
+                                       out_of_fold_scores)
+from skillbank.memory.scope import ScopeDetector
+
+MUSIC = ["play some jazz on the kitchen speaker", "skip this song", "play the next album by Miles Davis",
+         "turn the music up", "queue three songs by Nina Simone", "put on something relaxing",
+         "shuffle my workout playlist", "pause the music"]
+MAPS = ["how long is the drive to Lyon", "route me to the nearest pharmacy", "avoid tolls on the drive to Bern",
+        "show traffic on the way home", "how far is the airport by car", "walking directions to the museum",
+        "is there a faster way to the station", "find parking near the stadium"]
+OUTSIDE = ["what is the capital of France?", "tell me a joke", "how do I reverse a list in python",
+           "why is the sky blue", "good morning!", "what's 17 times 23", "should I learn piano or guitar",
+           "who wrote Hamlet", "I feel tired today", "explain photosynthesis", "thanks, that's all",
+           "how many legs does a spider have"]
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+    path = tmp_path / "outliers.jsonl"
+    path.write_text("".join(json.dumps({"request": r}) + "\n" for r in OUTSIDE))
+    return str(path)
+
+
+def fitted(corpus, **kw):
+    det = ScopeDetector(encoder="minilm", outliers=corpus, **kw)
+    det.partial_fit(MUSIC, "music")
+    det.partial_fit(MAPS, "maps")
+    return det
+
+
+def test_discriminant_matches_a_hand_computation():
+    rng = np.random.default_rng(0)
+    inside, outside = rng.normal(1.0, 1.0, (40, 3)), rng.normal(-1.0, 2.0, (30, 3))
+    w, b = discriminant(Moments.of(inside), Moments.of(outside), shrinkage=0.25)
+    pooled = ((len(inside) - 1) * np.cov(inside.T) + (len(outside) - 1) * np.cov(outside.T)) / (70 - 2)
+    cov = 0.75 * pooled + 0.25 * np.trace(pooled) / 3 * np.eye(3)
+    mi, mo = inside.mean(0), outside.mean(0)
+    want_w = np.linalg.solve(cov, mi - mo)
+    np.testing.assert_allclose(w, want_w)
+    assert b == pytest.approx(-0.5 * (mi + mo) @ want_w)
+    # the midpoint of the two means is where the log-odds cross zero
+    assert (0.5 * (mi + mo)) @ w + b == pytest.approx(0.0, abs=1e-9)
+    # a sum of moments is the moments of the union: what lets a family's statistics be added and taken away
+    both = Moments.of(inside[:25]) + Moments.of(inside[25:])
+    np.testing.assert_allclose(both.moment, Moments.of(inside).moment)
+    np.testing.assert_allclose((both - Moments.of(inside[25:])).total, inside[:25].sum(0))
+
+
+def test_out_of_fold_scores_never_see_their_own_fold():
+    rng = np.random.default_rng(1)
+    inside, corpus = Moments.of(rng.normal(1.0, 1.0, (50, 4))), rng.normal(-1.0, 1.0, (23, 4))
+    oof = out_of_fold_scores(inside, corpus, 0.3)
+    held = np.arange(len(corpus)) % FOLDS == 2
+    w, b = discriminant(inside, Moments.of(corpus[~held]), 0.3)
+    np.testing.assert_allclose(oof[held], corpus[held] @ w + b)
+    full_w, full_b = discriminant(inside, Moments.of(corpus), 0.3)
+    # scored by a discriminant that saw them, the corpus looks more outside than out of fold
+    assert np.mean(corpus @ full_w + full_b) < np.mean(oof)
+
+
+def test_the_outlier_expert_refuses_what_the_corpus_is_like(corpus):
+    det = fitted(corpus, outlier_refusal=0.5)
+    inside = det.outside_scores(["skip to the next song", "how long is the drive to Bern"])
+    outside = det.outside_scores(["who painted the Mona Lisa", "tell me something funny"])
+    assert inside.min() > outside.max()
+    # the same term is added to every family's score: it says whether, not which
+    plain = ScopeDetector(encoder="minilm").partial_fit(MUSIC, "music").partial_fit(MAPS, "maps")
+    reqs = ["skip to the next song", "who painted the Mona Lisa"]
+    diff = det.score(reqs) - plain.score(reqs)
+    np.testing.assert_allclose(diff, np.repeat(det.outside_scores(reqs)[:, None], 2, axis=1))
+    # the threshold refuses outlier_refusal of the corpus, its discriminant part scored out of fold
+    assert det.threshold_ == pytest.approx(np.quantile(det._corpus_scores(), 0.5))
+    assert np.mean(det._corpus_scores() < det.threshold_) == pytest.approx(0.5, abs=1 / len(OUTSIDE))
+    assert "requests no skill serves" in det.threshold_source
+
+
+def test_outlier_statistics_forget_exactly_join_and_round_trip(corpus, tmp_path):
+    probe = MUSIC[:2] + MAPS[:2] + ["hello there", "what is 2 + 2"]
+    both = fitted(corpus)
+    music = ScopeDetector(encoder="minilm", outliers=corpus).partial_fit(MUSIC, "music")
+    both.forget("maps")
+    np.testing.assert_allclose(both.score(probe), music.score(probe), rtol=1e-5, atol=1e-6)
+    assert both.threshold_ == pytest.approx(music.threshold_, rel=1e-5)
+    # a family exported and added elsewhere is the same as learned there
+    det = fitted(corpus)
+    joined = det.family_detector("music").add_family(det, "maps")
+    np.testing.assert_allclose(joined.score(probe), det.score(probe), rtol=1e-5, atol=1e-6)
+    det.save(tmp_path / "s")
+    back = ScopeDetector.load(tmp_path / "s")
+    assert back.get_params() == det.get_params()
+    np.testing.assert_allclose(back.score(probe), det.score(probe))
+    assert back.threshold_ == det.threshold_
+    # the corpus travels with the state: a changed corpus file does not move a saved gate's scores
+    (tmp_path / "outliers.jsonl").write_text(json.dumps({"request": "nothing like before"}) + "\n")
+    np.testing.assert_allclose(ScopeDetector.load(tmp_path / "s").score(probe), det.score(probe))
+
+
+def test_a_family_from_another_corpus_is_refused(corpus, tmp_path):
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps({"request": r + " please"}) + "\n" for r in OUTSIDE))
+    mine = ScopeDetector(encoder="minilm", outliers=corpus).partial_fit(MUSIC, "music")
+    theirs = ScopeDetector(encoder="minilm", outliers=corpus).partial_fit(MAPS, "maps")
+    theirs.outlier_requests_ = load_corpus(str(other))
+    with pytest.raises(ScopeError, match="another outlier corpus"):
+        mine.add_family(theirs, "maps")
+
+
+def test_bad_corpora_and_settings_are_named(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"request": "fine"}) + "\n{not json\n")
+    with pytest.raises(ScopeError, match=r"bad.jsonl:2: not JSON"):
+        load_corpus(str(bad))
+    bad.write_text(json.dumps({"request": "fine"}) + "\n" + json.dumps({"text": "no request"}) + "\n")
+    with pytest.raises(ScopeError, match=r"bad.jsonl:2: expected an object"):
+        load_corpus(str(bad))
+    bad.write_text(json.dumps({"request": "only one"}) + "\n")
+    with pytest.raises(ScopeError, match="at least"):
+        load_corpus(str(bad))
+    with pytest.raises(ScopeError, match="not found"):
+        load_corpus(str(tmp_path / "missing.jsonl"))
+    with pytest.raises(ScopeError, match="need an encoder"):
+        ScopeDetector(encoder=None, outliers="builtin")
+    for kw in ({"outlier_refusal": 1.0}, {"outlier_weight": 0.0}, {"outlier_shrinkage": 1.5}):
+        with pytest.raises(ScopeError):
+            ScopeDetector(outliers="builtin", **kw)
+
+
+def test_the_shipped_corpus_reads():
+    requests = load_corpus()
+    assert corpus_path().name == "requests.jsonl" and len(requests) >= 300
+    assert len({r.lower() for r in requests}) == len(requests)
