@@ -331,6 +331,16 @@ def test_a_missing_sentence_encoder_is_named_before_any_training(tmp_path, base,
     assert r.exit_code != 0 and "quantile must be in [0, 0.5)" in r.output
     r = invoke("create", tmp_path / "cli2", "--base", tiny_model_dir)
     assert r.exit_code != 0 and "--scope-encoder none" in " ".join(r.output.split())
+    # the outlier corpus: none is the older gate; a file that cannot be read fails the create, naming its line
+    monkeypatch.undo()
+    r = invoke("create", tmp_path / "plain", "--base", tiny_model_dir, "--scope-outliers", "none")
+    assert r.exit_code == 0, r.output
+    params = json.loads((tmp_path / "plain" / "bank.json").read_text())["scope_params"]
+    assert "outliers" not in params and params["encoder"] == DEFAULT_ENCODER
+    bad = tmp_path / "mine.jsonl"
+    bad.write_text('{"request": "hello"}\n{"request": ""}\n')
+    r = invoke("create", tmp_path / "mine", "--base", tiny_model_dir, "--scope-outliers", str(bad))
+    assert r.exit_code != 0 and "mine.jsonl:2" in " ".join(r.output.split()) and not (tmp_path / "mine").exists()
     words_only = SkillBank.create(tmp_path / "words", base=base, scope_params={"encoder": None})
     monkeypatch.undo()
     learn(words_only, small_stream, k1)

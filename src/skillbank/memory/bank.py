@@ -237,6 +237,7 @@ class SkillBank:
         # Every setting written out: a later default must not change what this bank's detector is.
         scope_probe = ScopeDetector(**(scope_params or {}))
         scope_probe.check_encoder()
+        scope_probe.check_outliers()
         probe.check_encoder()
         scope_params = scope_probe.get_params()
         if not probe.replay_free:

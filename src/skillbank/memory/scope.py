@@ -267,6 +267,12 @@ class ScopeDetector:
         if self.encoder in SHIPPED_ENCODERS:
             minilm_dir()
 
+    def check_outliers(self) -> None:
+        """Fail now, naming the file and line, when the outlier corpus cannot be read (not at the first learn)."""
+        if self.outliers is not None and self.outlier_requests_ is None:
+            from skillbank.memory.outliers import load_corpus
+            load_corpus(self.outliers)
+
     def made_with_other_encoder_weights(self) -> bool:
         """True when the embedding statistics were made with weights other than the installed encoder's."""
         if self.encoder is None or self.encoder_digest_ is None:
