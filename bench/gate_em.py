@@ -6,6 +6,11 @@ miss, which is exactly what a user with the gate on gets (greedy decoding: a kep
 same either way). Requests: the frozen test set ``tests/fixtures/users_indomain.jsonl`` and the older
 hand-written development sets, each reported on its own.
 
+With ``--gates`` the same plans are also counted under other gates: scope detectors fitted on the demo
+stream's training requests of the bank's families with bench/scope.py's settings (``values``: the value
+reader, what banks made from 2026-12-03 hold; ``outliers``: plus the outlier corpus, a new bank's since
+2026-12-06), so that one generation pass prices each.
+
 Next to the bank's own router it also scores FSM's lexical Address Memory (``hashing-nb``, fitted on the same
 training requests, stage by stage): a request it routes elsewhere is planned again by the shard it picks
 (the rest share the bank's plan: same shard, same greedy output), so the two EM columns differ only by routing.
@@ -60,12 +65,29 @@ def lexical_router(bank):
     return router
 
 
+def other_gates(bank, names: list[str]) -> dict:
+    """name -> a scope detector with bench/scope.py's settings of that name, fitted on the demo stream's
+    training requests of the bank's families (as the bank's learn would have fitted it)."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from scope import GATES
+
+    from skillbank.experiments.scope import detector_for_stream
+    _, stream = demo_stream()
+    unknown = [n for n in names if n not in GATES]
+    if unknown:
+        raise SystemExit(f"unknown gate(s) {unknown}; choose from {sorted(GATES)}")
+    return {n: detector_for_stream(stream, families=bank.shard_names, **GATES[n]) for n in names}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bank", type=Path, help="an existing bank of the five built-in families")
     ap.add_argument("--make", type=Path, help="make the bank here first (the demo's recipe)")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--gates", default="", help="comma-separated gates to price besides the bank's own: "
+                    "values, outliers, raw")
     args = ap.parse_args()
     if (args.bank is None) == (args.make is None):
         ap.error("give exactly one of --bank, --make")
@@ -80,6 +102,7 @@ def main() -> None:
 
     bank = SkillBank.open(args.bank)
     lexical = lexical_router(bank)
+    gates = other_gates(bank, [g for g in args.gates.split(",") if g])
     report = {"bank": str(args.bank), "router": {"kind": bank.manifest.address_kind,
                                                  "params": bank.manifest.address_params}}
     for name, files in SETS.items():
@@ -111,11 +134,20 @@ def main() -> None:
                                               TaskGraph.from_dict(p.graph) if p.graph else None).graph_em
         row["lexical_router"] = {"route_acc": round(100 * sum(s == r.family for s, r in zip(routes, records)) / len(records), 1),
                                  "em_gate_off": round(100 * sum(lex_em) / len(lex_em), 1)}
+        for gate, det in gates.items():
+            keep = det.predict([r.request for r in records])
+            row.setdefault("gates", {})[gate] = {
+                "em_gate_on": round(100 * sum(e for e, k in zip(em, keep) if k) / len(em), 1),
+                "kept": round(100 * float(keep.mean()), 1),
+                "correct_plans_refused": int(sum(1 for e, k in zip(em, keep) if e and not k))}
         report[name] = row
         print(f"{name}: n={row['n']}  EM gate off {off:.1f}  gate on {on:.1f}  (kept {row['kept']}%, "
               f"{lost} correct plans refused; routed to the right family {row['route_acc']}%); with the lexical "
               f"Address Memory: EM gate off {row['lexical_router']['em_gate_off']}, routed right "
               f"{row['lexical_router']['route_acc']}%", flush=True)
+        for gate, g in row.get("gates", {}).items():
+            print(f"  gate {gate}: EM gate on {g['em_gate_on']} (kept {g['kept']}%, {g['correct_plans_refused']} "
+                  "correct plans refused)", flush=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
 

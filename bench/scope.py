@@ -2,8 +2,9 @@
 
 For each split (K = 5 built-in families, and the 20- and 50-family splits of the same catalog) it fits the
 statistics a bank learning the stream would hold (training requests, gold values, catalog; no shard is
-trained) with two readers: ``raw`` (the request whole, what banks made before the value reader hold) and
-``values`` (the default now: argument values masked, threshold calibrated on restyled training requests).
+trained) with three gates: ``raw`` (the request whole, what banks made before the value reader hold),
+``values`` (argument values masked, threshold calibrated on restyled training requests) and ``outliers``
+(``values`` plus the discriminant against the shipped outlier corpus, threshold set on that corpus).
 Then it prints, on the hand-written sets:
 
 - in-domain kept and off-domain refused at the detector's own threshold (development sets: the older
@@ -40,6 +41,9 @@ FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 DEV_IN = ["paraphrase_builtin", "paraphrase_builtin_holdout", "paraphrase_builtin_short"]
 DEV_OFF = ["offdomain", "offdomain_holdout", "offdomain_short"]
 TEST_IN, TEST_OFF = ["users_indomain"], ["users_offdomain"]
+#: The gates compared, by name: ScopeDetector settings.
+GATES = {"raw": {"reader": "raw"}, "values": {"reader": "values", "outliers": None},
+         "outliers": {"reader": "values", "outliers": "builtin"}}
 
 
 def rows(name: str) -> list[dict]:
@@ -70,6 +74,19 @@ def gate_figures(det) -> str:
     return (f"AUC dev {auc(di, do):.3f} test {auc(ti, to):.3f} | dev kept {np.mean(di >= thr):.1%} refused "
             f"{np.mean(do < thr):.1%} (short kept {np.mean(score['paraphrase_builtin_short'] >= thr):.0%}) | TEST kept "
             f"{np.mean(ti >= thr):.1%} refused {np.mean(to < thr):.1%} near misses {np.mean(to[near] < thr):.0%}")
+
+
+def curve_points(s_in: np.ndarray, s_off: np.ndarray) -> dict:
+    """Two points of the trade-off curve, at thresholds read off the evaluation set itself (what a threshold
+    could reach, not what the gate's own does): in-domain kept where at least 95% of off-domain is refused,
+    off-domain refused where at least 97% of in-domain is kept; and the ROC AUC."""
+    from sklearn.metrics import roc_auc_score
+    s_in, s_off = np.nan_to_num(s_in, neginf=-1e9), np.nan_to_num(s_off, neginf=-1e9)
+    auc = roc_auc_score(np.r_[np.ones(len(s_in)), np.zeros(len(s_off))], np.r_[s_in, s_off])
+    refuse_95 = np.quantile(s_off, 0.95, method="higher")
+    keep_97 = np.quantile(s_in, 0.03, method="lower")
+    return {"auc": float(auc), "kept_at_95_refused": float(np.mean(s_in > refuse_95)),
+            "refused_at_97_kept": float(np.mean(s_off < keep_97))}
 
 
 def rates(scores: np.ndarray, threshold: float) -> float:
@@ -124,7 +141,7 @@ def run_split(k: int, readers: list[str], out: Path | None, encoder: str = DEFAU
 
     for reader in readers:
         t0 = time.perf_counter()
-        det = detector_for_stream(stream, reader=reader, encoder=encoder)
+        det = detector_for_stream(stream, encoder=encoder, **GATES[reader])
         fit_s = time.perf_counter() - t0
         thr = det.threshold_
         score = {n: det.score([r["request"] for r in rs]).max(axis=1) for n, rs in {**ins, **offs}.items()}
@@ -152,10 +169,16 @@ def run_split(k: int, readers: list[str], out: Path | None, encoder: str = DEFAU
                           "test_refused": [1 - rates(test_off, t) for t in grid],
                           "dev_kept": [rates(dev_in, t) for t in grid],
                           "dev_refused": [1 - rates(dev_off, t) for t in grid]}
+        entry["test_curve_points"] = curve_points(test_in, test_off)
+        entry["dev_curve_points"] = curve_points(dev_in, dev_off)
         result["readers"][reader] = entry
         print(f"### reader {reader}: threshold {thr:.2f}, fit {fit_s:.1f} s, scope + routing "
               f"{per_request_ms:.1f} ms / request")
         print(f"- held-out templates kept {entry['heldout_kept']:.1%}")
+        for part in ("dev", "test"):
+            p = entry[f"{part}_curve_points"]
+            print(f"- {part} curve: AUC {p['auc']:.3f}, kept {p['kept_at_95_refused']:.1%} where 95% is refused, "
+                  f"refused {p['refused_at_97_kept']:.1%} where 97% is kept")
         print(f"- development: in-domain kept {entry['dev']['kept']:.1%}, off-domain refused {entry['dev']['refused']:.1%}")
         print(f"- FROZEN TEST: in-domain kept {entry['test']['kept']:.1%}, off-domain refused "
               f"{entry['test']['refused']:.1%}; by category: " + ", ".join(
@@ -193,7 +216,7 @@ def plot(result: dict, path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--families", default="5,20,50", help="comma-separated splits of the built-in catalog")
-    ap.add_argument("--readers", default="raw,values", help="comma-separated: raw, values")
+    ap.add_argument("--readers", default="raw,values,outliers", help="comma-separated: " + ", ".join(GATES))
     ap.add_argument("--out", type=Path, help="write scope.json and one plot per split here")
     ap.add_argument("--encoder", default=DEFAULT_ENCODER, help="sentence encoder of the gate and the router: "
                     f"{DEFAULT_ENCODER} (a new bank's), minilm, or a local encoder directory")

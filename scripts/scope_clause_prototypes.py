@@ -35,7 +35,7 @@ def auc(i, o):
 
 k = int(sys.argv[1])
 stream = build_builtin_stream(seed=0, train_per_family=200, test_per_family=50, families=k)
-det = detector_for_stream(stream, reader="values")
+det = detector_for_stream(stream, reader="values", outliers=None)
 sums, counts = defaultdict(lambda: 0), defaultdict(int)
 n_assigned = n_clauses = 0
 for fam in stream.family_keys:

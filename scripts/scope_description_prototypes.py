@@ -71,7 +71,7 @@ def main() -> None:
         stream = build_builtin_stream(seed=0, train_per_family=200, test_per_family=50, families=k)
         for weight in [None] + [float(w) for w in (sys.argv[2] if len(sys.argv) > 2 else "1").split(",")]:
             CAL.clear()
-            det = detector_for_stream(stream, reader="values")
+            det = detector_for_stream(stream, reader="values", outliers=None)
             if weight is not None:
                 with_descriptions(det, stream, weight)
             meaning = np.r_[det.embedding_scores(ins).max(axis=1), det.embedding_scores(offs).max(axis=1)]

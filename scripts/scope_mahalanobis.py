@@ -28,7 +28,7 @@ def z(v, ref):
     ref = ref[np.isfinite(ref)]; m = np.median(ref); return (v - m) / max(m - np.quantile(ref, 0.05), 1e-6)
 for k in [int(x) for x in sys.argv[1].split(",")]:
     stream = build_builtin_stream(seed=0, train_per_family=200, test_per_family=50, families=k)
-    det = detector_for_stream(stream, reader="values")
+    det = detector_for_stream(stream, reader="values", outliers=None)
     sets = {n: [r["request"] for r in rows(n)] for n in DEV_IN + DEV_OFF + TEST_IN + TEST_OFF}
     cats = np.array([r["category"] for r in rows(TEST_OFF[0])])
     f = lambda qs: [mask_payloads(q, 6) for q in qs]

@@ -56,7 +56,7 @@ def main() -> None:
         return None
 
     stream = build_builtin_stream(seed=0, train_per_family=200, test_per_family=50)
-    det = detector_for_stream(stream)
+    det = detector_for_stream(stream, outliers=None)  # the gate before the outlier corpus
     encoder = get_encoder(det.encoder)
     rng, models = random.Random(0), {}
     for family in stream.family_keys:

@@ -18,7 +18,7 @@ def tail(v):
 
 for k in [int(x) for x in sys.argv[1].split(",")]:
     stream = build_builtin_stream(seed=0, train_per_family=200, test_per_family=50, families=k)
-    det = detector_for_stream(stream, reader="values")
+    det = detector_for_stream(stream, reader="values", outliers=None)
     sets = {n: [r["request"] for r in rows(n)] for n in DEV_IN + DEV_OFF + TEST_IN + TEST_OFF}
     W = {n: det.word_scores(q) for n, q in sets.items()}
     E = {n: det.embedding_scores(q) for n, q in sets.items()}

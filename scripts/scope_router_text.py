@@ -26,7 +26,7 @@ for k in [int(x) for x in sys.argv[1].split(",")]:
     cats = np.array([r["category"] for r in rows(TEST_OFF[0])])
     for name, fn in (("values (now)", orig), ("values, encoder reads router text", shared)):
         scope_mod.ScopeDetector._texts = fn
-        det = detector_for_stream(stream, reader="values")
+        det = detector_for_stream(stream, reader="values", outliers=None)
         S = {n: det.score([r["request"] for r in rows(n)]).max(1) for n in DEV_IN + DEV_OFF + TEST_IN + TEST_OFF}
         thr = det.threshold_
         di = np.concatenate([S[n] for n in DEV_IN]); do = np.concatenate([S[n] for n in DEV_OFF]); ti, to = S[TEST_IN[0]], S[TEST_OFF[0]]

@@ -65,7 +65,7 @@ def main() -> None:
         for power in [float(x) for x in args.powers.split(",")]:
             for gamma in [float(x) for x in args.gammas.split(",")]:
                 SETTING.update(power=power, gamma=gamma)
-                det = detector_for_stream(stream, reader="values")
+                det = detector_for_stream(stream, reader="values", outliers=None)
                 print(f"K={k} p={power:g} gamma={gamma:g}: {gate_figures(det)}", flush=True)
 
 
