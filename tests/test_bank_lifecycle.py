@@ -194,8 +194,10 @@ def test_plan_refuses_what_no_family_covers(tmp_path, base, small_stream):
     assert scene.to_dict()["explain"]["context"] == ["My phone is almost out of battery."]
     assert bank.plan([asked], max_new_tokens=MAX_NEW, explain=True)[0].to_dict()["explain"]["context"] == []
     # a request that is all payload, another script, or very long: a verdict with a reason, never an exception
+    # (the long one is a question no family covers, 10,000 words of it: "lorem" repeated is kept by this bank of
+    # six training requests a family since its gate has the outlier corpus, which sets a lower threshold)
     odd = ["\"only a quoted passage here\"", "https://example.com/only/a/link", "今日の東京の天気を教えて",
-           " ".join(["lorem"] * 10_000)]
+           " ".join(["who wrote the novel Middlemarch ?"] * 2_000)]
     verdicts = bank.check_scope(odd)
     assert all(v.in_scope is False and v.reason for v in verdicts[:3])
     assert "no words" in verdicts[0].reason and "no words" in verdicts[1].reason

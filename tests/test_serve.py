@@ -569,9 +569,7 @@ def test_docs_load_offline(client):
     assert "https://" not in page.text
 
 
-# "asdf" was the second until 2026-12-06: a request of no word any family or common English knows is now refused
-# as having no words to weigh (scope_margin null), where these assert a margin below the threshold
-OFF_DOMAIN = ["what is the capital of France?", "tell me a joke about penguins"]
+OFF_DOMAIN = ["what is the capital of France?", "asdf"]
 
 
 @pytest.fixture(scope="module")

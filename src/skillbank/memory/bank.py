@@ -575,7 +575,7 @@ class SkillBank:
             if score >= thr:
                 verdicts.append(ScopeVerdict(True, score, thr, self.scope.classes_[best], None))
                 continue
-            why = ("the request has no words the Address Memory can weigh" if not np.isfinite(score) else
+            why = ("the request has no words the Address Memory can read" if not np.isfinite(score) else
                    f"no learned skill family covers this request: judged by {self.scope.evidence}, its best "
                    f"family ({self.scope.classes_[best]}) scores {score:.2f}, below the threshold {thr:.2f} "
                    f"{self.scope.threshold_source}" + self._unseen_words(request, best))

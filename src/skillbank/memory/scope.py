@@ -651,11 +651,6 @@ class ScopeDetector:
             penalised = n_words
         scores = np.asarray((X @ self._weights).todense()) + np.log(1 - self.lam) * penalised[:, None]
         scores[n_words == 0] = -np.inf  # a request with no words is explained by nothing
-        if self.outliers is not None:
-            # Nor is one whose words no family uses and general English does not know ("lorem lorem ...", a bare
-            # title): the value reader lets such words cost nothing, as they may be values, so they would leave
-            # the verdict to the encoder alone, whose threshold here is set lower, on the outlier corpus.
-            scores[penalised == 0] = -np.inf
         return scores
 
     def _as_masked(self, requests) -> list[MaskedRequest]:
