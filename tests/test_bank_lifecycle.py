@@ -186,6 +186,9 @@ def test_plan_refuses_what_no_family_covers(tmp_path, base, small_stream):
     e = first.to_dict()["explain"]
     assert e["scope_margin"] == first.confidence["scope_margin"] and e["top_families"][0]["family"] == first.shard
     assert e["counted_words"] and all({"word", "score"} <= set(w) for w in e["counted_words"])
+    # the outlier expert's part: how like the learned families rather than the outlier corpus (a new bank has one)
+    assert isinstance(e["outside"], float) and e["outside"] == pytest.approx(
+        float(bank.scope.outside_scores([inside[0]])[0]), abs=1e-3)
     assert plans[0].to_dict()["explain"] is None  # asked for, or null
     # ... and the sentences that only set the scene, which a new bank's router leaves out
     assert bank.address.drop_context

@@ -121,7 +121,9 @@ class PlanResult(BaseModel):
                                                                 "[{kind, text}] (spans read as argument values), context "
                                                                 "[sentence] (left out of routing as scene-setting), "
                                                                 "top_skills [{skill, p}] (the chosen shard's skill "
-                                                                "prior)")
+                                                                "prior), and for a gate with an outlier corpus "
+                                                                "outside (+1: like the learned families' mean, -1: "
+                                                                "like the corpus's)")
 
 
 class PlanResponse(BaseModel):
