@@ -72,6 +72,7 @@ import scipy.sparse as sp
 from skillbank.errors import ScopeError
 from skillbank.jsonfile import read_json
 from skillbank.memory.hashing import WordHasher
+from skillbank.memory.outliers import OUTLIER_CORPUS
 from skillbank.memory.values import MaskedRequest, ValueVocabulary, mask, mask_record
 
 READERS = ("values", "raw")
@@ -198,6 +199,9 @@ class ScopeDetector:
             raise ScopeError(f"scope outlier_refusal must be in (0, 1), got {outlier_refusal!r}")
         self.lam, self.quantile, self.n_features, self.language = float(lam), float(quantile), int(n_features), language
         self.reader = reader
+        if outliers is not None and outliers != OUTLIER_CORPUS:
+            # a file is read at the first learn, which may run elsewhere (a service's learner): keep where it is
+            outliers = str(Path(outliers).expanduser().resolve())
         self.outliers, self.outlier_shrinkage = outliers, float(outlier_shrinkage)
         self.outlier_weight, self.outlier_refusal = float(outlier_weight), float(outlier_refusal)
         # With outliers: the corpus (its requests and their embeddings, kept so that scores do not move when
@@ -232,7 +236,7 @@ class ScopeDetector:
         self._scales = None  # (median, scale) of the word and the embedding training scores
         self._unit_means = None  # (n_prototypes, d) unit mean embeddings, and each one's family index
         self._known = None  # (n_features,) 1 where a word counts against a family that never uses it
-        self._outside = None  # (w, b, half): the discriminant, and half the distance of the means along it
+        self._outside = None  # (w, b, half, the corpus's out-of-fold scores): see _discriminant
 
     def get_params(self) -> dict:
         params = {"lam": self.lam, "quantile": self.quantile, "n_features": self.n_features,
