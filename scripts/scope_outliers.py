@@ -32,6 +32,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--families", type=int, default=5)
     ap.add_argument("--test", action="store_true")
+    ap.add_argument("--diagonal", action="store_true", help="keep each family's within-family scatter diagonal")
     ap.add_argument("--shrinkages", type=lambda v: [float(x) for x in v.split(",")], default=[0.3, 0.5, 0.7])
     ap.add_argument("--choose", default="0.8,1.0", help="with --test: shrinkage,weight (weight None: the "
                     "discriminant alone)")
@@ -83,8 +84,21 @@ def main() -> None:
     grid = [(s, lam) for s in args.shrinkages for lam in (None, 0.5, 1.0, 2.0)]
     if args.test:
         grid = [tuple(None if v == "None" else float(v) for v in args.choose.split(","))]
+    sizes = [len(stream.train[f]) for f in det.classes_]
+    starts = np.cumsum([0] + sizes)
+
+    def diagonal_within(E):
+        """The families' moments with each family's within-family scatter cut to its diagonal (what d numbers a
+        family would keep instead of d(d+1)/2); the spread between family means stays exact."""
+        moment = np.zeros((E.shape[1], E.shape[1]))
+        for a, b in zip(starts[:-1], starts[1:]):
+            X = E[a:b]
+            t = X.sum(0)
+            moment += np.outer(t, t) / len(X) + np.diag((X * X).sum(0) - t * t / len(X))
+        return Moments(float(len(E)), E.sum(0), moment)
+
     for shrink, lam in grid:
-        inside = Moments.of(E_orig)
+        inside = diagonal_within(E_orig) if args.diagonal else Moments.of(E_orig)
         outside = Moments.of(corpus)
         w, b = discriminant(inside, outside, shrink)
         half = 0.5 * float((inside.mean() - outside.mean()) @ w)  # in-mean at +1, out-mean at -1 after dividing

@@ -55,6 +55,24 @@ def test_discriminant_matches_a_hand_computation():
     np.testing.assert_allclose((both - Moments.of(inside[25:])).total, inside[:25].sum(0))
 
 
+def test_the_gate_keeps_each_family_s_own_scatter_diagonal(corpus):
+    """What a family keeps is its count, sum and squares; the discriminant sees the spread between family means
+    exactly and each family's own scatter cut to its diagonal."""
+    det = fitted(corpus)
+    E = {f: det._embed(det._texts(det.read(reqs))[1]) for f, reqs in (("music", MUSIC), ("maps", MAPS))}
+    moment = np.zeros((E["music"].shape[1],) * 2)
+    for X in E.values():
+        t = X.sum(0)
+        moment += np.outer(t, t) / len(X) + np.diag((X * X).sum(0) - t * t / len(X))
+    both = np.r_[E["music"], E["maps"]]
+    w, b = discriminant(Moments(float(len(both)), both.sum(0), moment),
+                        Moments.of(det.outlier_embeddings_.astype(float)), det.outlier_shrinkage)
+    got_w, got_b, *_ = det._discriminant()
+    np.testing.assert_allclose(got_w, w, rtol=1e-5, atol=1e-8)
+    assert got_b == pytest.approx(b, rel=1e-5)
+    assert all(v.shape == (both.shape[1],) for v in det.embedding_squares_.values())
+
+
 def test_out_of_fold_scores_never_see_their_own_fold():
     rng = np.random.default_rng(1)
     inside, corpus = Moments.of(rng.normal(1.0, 1.0, (50, 4))), rng.normal(-1.0, 1.0, (23, 4))

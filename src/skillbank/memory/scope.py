@@ -205,11 +205,13 @@ class ScopeDetector:
         self.outliers, self.outlier_shrinkage = outliers, float(outlier_shrinkage)
         self.outlier_weight, self.outlier_refusal = float(outlier_weight), float(outlier_refusal)
         # With outliers: the corpus (its requests and their embeddings, kept so that scores do not move when
-        # skillbank ships another corpus) and per family the upper triangle of its requests' embeddings'
-        # second moment (float32; counts and sums are embedding_count_ / embedding_sum_).
+        # skillbank ships another corpus) and per family the sum of its requests' squared embeddings, (d,)
+        # (counts and sums are embedding_count_ / embedding_sum_): the discriminant keeps each family's
+        # within-family scatter diagonal, d numbers a family instead of d(d+1)/2 (295 KB at 384 dimensions,
+        # which a bank of 1,000 families would rewrite at every learn); the spread between families stays exact.
         self.outlier_requests_: list[str] | None = None
         self.outlier_embeddings_: np.ndarray | None = None
-        self.embedding_moments_: dict[str, np.ndarray] = {}
+        self.embedding_squares_: dict[str, np.ndarray] = {}
         # What a value looks like in these families' requests (reader="values"): per-family word statistics.
         self.vocabulary_ = ValueVocabulary()
         self.encoder = encoder
@@ -382,9 +384,9 @@ class ScopeDetector:
                 cos = self._add_skills(label, skills, embeddings, cal_embeddings)
             if self.outliers is not None:
                 self._ensure_corpus()
-                moment = (embeddings.T @ embeddings)[np.triu_indices(embeddings.shape[1])].astype(np.float32)
-                before = self.embedding_moments_.get(label)
-                self.embedding_moments_[label] = moment if before is None else before + moment
+                squares = (embeddings * embeddings).sum(axis=0)
+                before = self.embedding_squares_.get(label)
+                self.embedding_squares_[label] = squares if before is None else before + squares
             self.train_embedding_scores_[label] = np.concatenate(
                 [self.train_embedding_scores_.get(label, np.zeros(0)), cos])
         return self
@@ -438,7 +440,7 @@ class ScopeDetector:
             self.train_embedding_scores_.pop(label, None)
         self.skill_names_.pop(label, None)
         self.skill_sums_.pop(label, None)
-        self.embedding_moments_.pop(label, None)
+        self.embedding_squares_.pop(label, None)
         self.classes_.pop(i)
         if label in self.vocabulary_.classes_:
             self.vocabulary_.forget(label)
@@ -464,7 +466,7 @@ class ScopeDetector:
                 one.skill_names_, one.skill_sums_ = {label: self.skill_names_[label]}, {label: self.skill_sums_[label]}
             one.encoder_digest_ = self.encoder_digest_
             if self.outliers is not None:
-                one.embedding_moments_ = {label: self.embedding_moments_[label]}
+                one.embedding_squares_ = {label: self.embedding_squares_[label]}
                 one.outlier_requests_, one.outlier_embeddings_ = self.outlier_requests_, self.outlier_embeddings_
         return one
 
@@ -510,7 +512,7 @@ class ScopeDetector:
                 self.skill_names_[label] = list(other.skill_names_[source])
                 self.skill_sums_[label] = np.asarray(other.skill_sums_[source])
             if self.outliers is not None:
-                self.embedding_moments_[label] = np.asarray(other.embedding_moments_[source])
+                self.embedding_squares_[label] = np.asarray(other.embedding_squares_[source])
         self._reset_derived()
         return self
 
@@ -565,11 +567,13 @@ class ScopeDetector:
             if not self.classes_:
                 raise ScopeError("scope detector has not learned any family yet")
             d = self.embedding_sum_.shape[1]
-            upper = np.triu_indices(d)
+            # sum over families of t t'/n (the spread of the family means, exact) plus the diagonal of each
+            # family's own scatter (squares minus t^2/n)
             moment = np.zeros((d, d))
-            for label in self.classes_:
-                moment[upper] += self.embedding_moments_[label]
-            moment += np.triu(moment, 1).T
+            for c, label in enumerate(self.classes_):
+                t, n = self.embedding_sum_[c], self.embedding_count_[c]
+                moment += np.outer(t, t) / n
+                moment[np.diag_indices(d)] += self.embedding_squares_[label] - t * t / n
             inside = Moments(float(self.embedding_count_.sum()), self.embedding_sum_.sum(axis=0), moment)
             corpus = self.outlier_embeddings_.astype(np.float64)
             w, b = discriminant(inside, Moments.of(corpus), self.outlier_shrinkage)
@@ -753,7 +757,7 @@ class ScopeDetector:
                            if k in self.skill_sums_})
         if self.outliers is not None and self.outlier_requests_ is not None:
             arrays["outlier_embeddings"] = self.outlier_embeddings_
-            arrays.update({f"moment_{i}": self.embedding_moments_[k] for i, k in enumerate(self.classes_)})
+            arrays.update({f"squares_{i}": self.embedding_squares_[k] for i, k in enumerate(self.classes_)})
             (directory / SCOPE_OUTLIERS).write_text(json.dumps({"requests": self.outlier_requests_},
                                                                ensure_ascii=False) + "\n")
         np.savez(directory / SCOPE_ARRAYS, **arrays)  # uncompressed, as the router's: see Selector.save
@@ -794,7 +798,7 @@ class ScopeDetector:
                     det.skill_sums_ = {k: z[f"skill_sum_{det.classes_.index(k)}"] for k in det.skill_names_}
                 if det.outliers is not None and det.classes_:
                     det.outlier_embeddings_ = z["outlier_embeddings"]
-                    det.embedding_moments_ = {k: z[f"moment_{i}"] for i, k in enumerate(det.classes_)}
+                    det.embedding_squares_ = {k: z[f"squares_{i}"] for i, k in enumerate(det.classes_)}
         except (OSError, KeyError, ValueError) as exc:
             raise ScopeError(f"{directory / SCOPE_ARRAYS}: unreadable scope statistics ({exc})") from None
         if det.outliers is not None and det.classes_:
