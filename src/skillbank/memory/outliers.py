@@ -10,8 +10,9 @@ chit-chat, advice, code and maths, talk about the assistant itself, other langua
 tool requests), written without sight of the evaluation sets.
 
 The discriminant is Fisher's (LDA with two classes and shrinkage), fitted from sufficient statistics: each
-family's embedding count, sum and second moment, and the corpus's embeddings. A family's statistics are sums
-over its own requests, so learning adds them, ``forget`` subtracts them exactly, and no request is kept.
+family's embedding count, sum and sum of squares (its own scatter is kept diagonal; see ScopeDetector), and the
+corpus's embeddings. A family's statistics are sums over its own requests, so learning adds them, ``forget``
+subtracts them exactly, and no request is kept.
 The solve is a few lines of numpy on (d, d) matrices: scikit-learn's LinearDiscriminantAnalysis needs the
 samples themselves, which a replay-free memory does not keep.
 """
