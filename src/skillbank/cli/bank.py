@@ -50,8 +50,6 @@ def create(bank: Path = typer.Argument(..., help="Directory of the new bank."),
     err.print(f"created {bank} on base {base}, router {sb.manifest.address_kind}")
 
 
-
-
 def scope_settings(encoder: str, quantile: float, outliers: str, refusal: float) -> dict:
     """``SkillBank.create``'s scope_params from create's options (no outlier corpus without an encoder)."""
     name = scope_encoder_name(encoder)
