@@ -60,11 +60,8 @@ def gate_figures(det) -> str:
     """One line of a scope detector's figures on the hand-written sets, for the probes in scripts/ that vary
     the gate: ROC AUC (development / frozen test), kept / refused at its own threshold on the development sets
     (the short ones apart), then on the frozen test sets with the near misses apart."""
-    from sklearn.metrics import roc_auc_score
-
     def auc(i, o):
-        i, o = np.nan_to_num(i, neginf=-1e9), np.nan_to_num(o, neginf=-1e9)
-        return roc_auc_score(np.r_[np.ones(len(i)), np.zeros(len(o))], np.r_[i, o])
+        return curve_points(i, o)["auc"]
 
     thr = det.threshold_
     score = {n: det.score([r["request"] for r in rows(n)]).max(axis=1) for n in DEV_IN + DEV_OFF + TEST_IN + TEST_OFF}

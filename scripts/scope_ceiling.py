@@ -34,18 +34,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from scope import DEV_IN, DEV_OFF, TEST_IN, TEST_OFF, rows  # noqa: E402
-
-
-def operating_points(s_in: np.ndarray, s_off: np.ndarray) -> tuple[float, float, float]:
-    """(AUC, in-domain kept where >= 95% of off-domain is refused, off-domain refused where >= 97% is kept)."""
-    from sklearn.metrics import roc_auc_score
-    auc = roc_auc_score(np.r_[np.ones(len(s_in)), np.zeros(len(s_off))], np.r_[s_in, s_off])
-    t95 = np.quantile(s_off, 0.95, method="higher")
-    kept_at_95 = float(np.mean(s_in > t95))
-    t97 = np.quantile(s_in, 0.03, method="lower")
-    refused_at_97 = float(np.mean(s_off < t97))
-    return auc, kept_at_95, refused_at_97
+from scope import DEV_IN, DEV_OFF, TEST_IN, TEST_OFF, curve_points, rows  # noqa: E402
 
 
 def main() -> None:
@@ -84,7 +73,8 @@ def main() -> None:
 
     def line(name: str, s: np.ndarray) -> None:
         s_in, s_off = s[:n_in], s[n_in:]
-        auc, kept, refused = operating_points(s_in, s_off)
+        p = curve_points(s_in, s_off)
+        auc, kept, refused = p["auc"], p["kept_at_95_refused"], p["refused_at_97_kept"]
         t97 = np.quantile(s_in, 0.03, method="lower")
         print(f"{name:<24} AUC {auc:.3f} | kept at 95% refused {kept:6.1%} | refused at 97% kept {refused:6.1%}"
               f" (near misses {np.mean(s_off[near] < t97):5.1%})")

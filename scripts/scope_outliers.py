@@ -23,9 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scope import DEV_IN, DEV_OFF, TEST_IN, TEST_OFF, rows  # noqa: E402
-from scope_ceiling import operating_points  # noqa: E402
+from scope import DEV_IN, DEV_OFF, TEST_IN, TEST_OFF, curve_points, rows  # noqa: E402
 
 
 def main() -> None:
@@ -40,7 +38,7 @@ def main() -> None:
     args = ap.parse_args()
     from skillbank.data.builtin import build_builtin_stream
     from skillbank.experiments.scope import detector_for_stream
-    from skillbank.memory.outliers import Moments, discriminant, load_corpus, out_of_fold_scores
+    from skillbank.memory.outliers import Moments, discriminant, families_moments, load_corpus, out_of_fold_scores
     from skillbank.memory.scope import fit_inputs
 
     stream = build_builtin_stream(seed=0, train_per_family=200, test_per_family=50, families=args.families)
@@ -69,7 +67,8 @@ def main() -> None:
           f"taught {len(E_orig)} training requests (+{len(E_styled)} restyled)")
 
     def show(name, s_in, s_off, thresholds):
-        auc, kept, refused = operating_points(s_in, s_off)
+        p = curve_points(s_in, s_off)
+        auc, kept, refused = p["auc"], p["kept_at_95_refused"], p["refused_at_97_kept"]
         t97 = np.quantile(s_in, 0.03, method="lower")
         ops = " ".join(f"[{k}: {np.mean(s_in >= t):.1%} / {np.mean(s_off < t):.1%}]" for k, t in thresholds.items())
         print(f"  {name:<22} AUC {auc:.3f} | kept@95 {kept:6.1%} | refused@97 {refused:6.1%} (mt/nm "
@@ -88,14 +87,9 @@ def main() -> None:
     starts = np.cumsum([0] + sizes)
 
     def diagonal_within(E):
-        """The families' moments with each family's within-family scatter cut to its diagonal (what d numbers a
-        family would keep instead of d(d+1)/2); the spread between family means stays exact."""
-        moment = np.zeros((E.shape[1], E.shape[1]))
-        for a, b in zip(starts[:-1], starts[1:]):
-            X = E[a:b]
-            t = X.sum(0)
-            moment += np.outer(t, t) / len(X) + np.diag((X * X).sum(0) - t * t / len(X))
-        return Moments(float(len(E)), E.sum(0), moment)
+        """The families' moments as a bank's gate holds them (each family's own scatter cut to its diagonal)."""
+        parts = [E[a:b] for a, b in zip(starts[:-1], starts[1:])]
+        return families_moments([len(X) for X in parts], [X.sum(0) for X in parts], [(X * X).sum(0) for X in parts])
 
     for shrink, lam in grid:
         inside = diagonal_within(E_orig) if args.diagonal else Moments.of(E_orig)

@@ -15,9 +15,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scope import DEV_IN, DEV_OFF, rows  # noqa: E402
-from scope_ceiling import operating_points  # noqa: E402
+from scope import DEV_IN, DEV_OFF, curve_points, rows  # noqa: E402
 
 
 def main() -> None:
@@ -42,20 +40,14 @@ def main() -> None:
     X_in, X_off = embed(dev_in), embed(dev_off)
     g_in = np.nan_to_num(det.score(dev_in).max(axis=1), neginf=-50.0)
     g_off = np.nan_to_num(det.score(dev_off).max(axis=1), neginf=-50.0)
-    # the families' moments as the gate holds them (each family's own scatter diagonal)
-    d = det.embedding_sum_.shape[1]
-    moment = np.zeros((d, d))
-    for c, label in enumerate(det.classes_):
-        t, n = det.embedding_sum_[c], det.embedding_count_[c]
-        moment += np.outer(t, t) / n
-        moment[np.diag_indices(d)] += det.embedding_squares_[label] - t * t / n
-    inside = Moments(float(det.embedding_count_.sum()), det.embedding_sum_.sum(axis=0), moment)
+    inside = det._inside_moments()  # the families' moments as the gate holds them
     gate_corpus = det._corpus_scores()
 
     def show(name, s_in, s_off, s_corpus):
-        auc, kept95, refused97 = operating_points(s_in, s_off)
+        p = curve_points(s_in, s_off)
         t = np.quantile(s_corpus, det.outlier_refusal)
-        print(f"{name:30s} AUC {auc:.3f} | kept@95 {kept95:.1%} refused@97 {refused97:.1%} | at the corpus "
+        print(f"{name:30s} AUC {p['auc']:.3f} | kept@95 {p['kept_at_95_refused']:.1%} refused@97 "
+              f"{p['refused_at_97_kept']:.1%} | at the corpus "
               f"threshold: kept {np.mean(s_in >= t):.1%}, refused {np.mean(s_off < t):.1%}, missing tool "
               f"{np.mean(s_off[missing] < t):.0%}")
 

@@ -112,6 +112,19 @@ class Moments:
         return self.moment - np.outer(self.total, self.total) / self.count
 
 
+def families_moments(counts, totals, squares) -> Moments:
+    """The moments of several families' embeddings together, from each family's count, sum and sum of squares
+    alone: the spread between the family means is exact (sum of t t' / n), each family's own scatter is cut to
+    its diagonal (squares - t^2 / n), so a family keeps d numbers instead of a (d, d) second moment."""
+    totals = [np.asarray(t, dtype=np.float64) for t in totals]
+    d = len(totals[0])
+    moment = np.zeros((d, d))
+    for n, t, sq in zip(counts, totals, squares):
+        moment += np.outer(t, t) / n
+        moment[np.diag_indices(d)] += np.asarray(sq, dtype=np.float64) - t * t / n
+    return Moments(float(sum(counts)), np.sum(totals, axis=0), moment)
+
+
 def discriminant(inside: Moments, outside: Moments, shrinkage: float) -> tuple[np.ndarray, float]:
     """(w, b): ``X @ w + b`` is the log-odds that a request is inside, under two Gaussians with one shared
     covariance (pooled within-class, shrunk towards a multiple of the identity) and equal priors."""

@@ -564,17 +564,7 @@ class ScopeDetector:
         families came in, and forgetting one is exact)."""
         if self._outside is None:
             from skillbank.memory.outliers import Moments, discriminant, out_of_fold_scores
-            if not self.classes_:
-                raise ScopeError("scope detector has not learned any family yet")
-            d = self.embedding_sum_.shape[1]
-            # sum over families of t t'/n (the spread of the family means, exact) plus the diagonal of each
-            # family's own scatter (squares minus t^2/n)
-            moment = np.zeros((d, d))
-            for c, label in enumerate(self.classes_):
-                t, n = self.embedding_sum_[c], self.embedding_count_[c]
-                moment += np.outer(t, t) / n
-                moment[np.diag_indices(d)] += self.embedding_squares_[label] - t * t / n
-            inside = Moments(float(self.embedding_count_.sum()), self.embedding_sum_.sum(axis=0), moment)
+            inside = self._inside_moments()
             corpus = self.outlier_embeddings_.astype(np.float64)
             w, b = discriminant(inside, Moments.of(corpus), self.outlier_shrinkage)
             # half the Mahalanobis distance of the two means: divided by it, the families' mean scores +1 and
@@ -583,6 +573,15 @@ class ScopeDetector:
             oof = out_of_fold_scores(inside, corpus, self.outlier_shrinkage) / half
             self._outside = (w, b, half, oof)
         return self._outside
+
+    def _inside_moments(self):
+        """The learned families' embedding moments, each family's own scatter kept diagonal
+        (:func:`~skillbank.memory.outliers.families_moments`)."""
+        from skillbank.memory.outliers import families_moments
+        if not self.classes_:
+            raise ScopeError("scope detector has not learned any family yet")
+        return families_moments(self.embedding_count_, self.embedding_sum_,
+                                [self.embedding_squares_[label] for label in self.classes_])
 
     def _outside_of(self, embeddings: np.ndarray) -> np.ndarray:
         w, b, half, _ = self._discriminant()
