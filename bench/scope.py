@@ -2,9 +2,10 @@
 
 For each split (K = 5 built-in families, and the 20- and 50-family splits of the same catalog) it fits the
 statistics a bank learning the stream would hold (training requests, gold values, catalog; no shard is
-trained) with three gates: ``raw`` (the request whole, what banks made before the value reader hold),
-``values`` (argument values masked, threshold calibrated on restyled training requests) and ``outliers``
-(``values`` plus the discriminant against the shipped outlier corpus, threshold set on that corpus).
+trained) with four gates: ``raw`` (the request whole, what banks made before the value reader hold),
+``values`` (argument values masked, threshold calibrated on restyled training requests), ``outliers-one``
+(``values`` plus one discriminant against the shipped outlier corpus, threshold set on that corpus) and
+``outliers`` (a new bank's: one discriminant per category of the corpus, a request scored by the likest).
 Then it prints, on the hand-written sets:
 
 - in-domain kept and off-domain refused at the detector's own threshold (development sets: the older
@@ -39,10 +40,11 @@ from skillbank.memory.bank import DEFAULT_ENCODER, default_address
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 DEV_IN = ["paraphrase_builtin", "paraphrase_builtin_holdout", "paraphrase_builtin_short"]
-DEV_OFF = ["offdomain", "offdomain_holdout", "offdomain_short"]
+DEV_OFF = ["offdomain", "offdomain_holdout", "offdomain_short", "offdomain_injection"]
 TEST_IN, TEST_OFF = ["users_indomain"], ["users_offdomain"]
 #: The gates compared, by name: ScopeDetector settings.
 GATES = {"raw": {"reader": "raw"}, "values": {"reader": "values", "outliers": None},
+         "outliers-one": {"reader": "values", "outliers": "builtin", "outlier_categories": False},
          "outliers": {"reader": "values", "outliers": "builtin"}}
 
 
@@ -176,7 +178,12 @@ def run_split(k: int, readers: list[str], out: Path | None, encoder: str = DEFAU
             p = entry[f"{part}_curve_points"]
             print(f"- {part} curve: AUC {p['auc']:.3f}, kept {p['kept_at_95_refused']:.1%} where 95% is refused, "
                   f"refused {p['refused_at_97_kept']:.1%} where 97% is kept")
-        print(f"- development: in-domain kept {entry['dev']['kept']:.1%}, off-domain refused {entry['dev']['refused']:.1%}")
+        dev_cats = sorted({r["category"] for n in DEV_OFF for r in offs[n]})
+        dev_cat_scores = {c: np.array([s for n in DEV_OFF for r, s in zip(offs[n], score[n]) if r["category"] == c])
+                          for c in dev_cats}
+        entry["dev"]["refused_by_category"] = {c: 1 - rates(v, thr) for c, v in dev_cat_scores.items()}
+        print(f"- development: in-domain kept {entry['dev']['kept']:.1%}, off-domain refused {entry['dev']['refused']:.1%}"
+              "; by category: " + ", ".join(f"{c} {v:.0%}" for c, v in entry["dev"]["refused_by_category"].items()))
         print(f"- FROZEN TEST: in-domain kept {entry['test']['kept']:.1%}, off-domain refused "
               f"{entry['test']['refused']:.1%}; by category: " + ", ".join(
                   f"{c} {v:.0%}" for c, v in entry["refused_by_category"]["users_offdomain"].items()))
@@ -213,7 +220,7 @@ def plot(result: dict, path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--families", default="5,20,50", help="comma-separated splits of the built-in catalog")
-    ap.add_argument("--readers", default="raw,values,outliers", help="comma-separated: " + ", ".join(GATES))
+    ap.add_argument("--readers", default=",".join(GATES), help="comma-separated: " + ", ".join(GATES))
     ap.add_argument("--out", type=Path, help="write scope.json and one plot per split here")
     ap.add_argument("--encoder", default=DEFAULT_ENCODER, help="sentence encoder of the gate and the router: "
                     f"{DEFAULT_ENCODER} (a new bank's), minilm, or a local encoder directory")

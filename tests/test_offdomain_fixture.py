@@ -14,6 +14,11 @@ topics, before the out-of-scope detector's word normalisation was designed, and 
 reactions ("thx", "sounds good", "well done") and 8 per other category. Written when a probe of short
 messages found "thanks!" and "awesome" passing the scope check, before any change to it was measured on them.
 
+``offdomain_injection.jsonl``: 60 prompt-injection requests (``prompt_injection``: overrides, jailbreak personas,
+fake system messages, prompt and key exfiltration, overrides bundled with a tool action, obfuscated and
+non-English ones; about a third name the built-in skills' objects), written by a helper shown only the skill list,
+not the other sets or the shipped outlier corpus, before the corpus's prompt-injection part was measured on them.
+
 These checks keep the fixtures well formed and disjoint from the built-in generator's own requests.
 """
 from __future__ import annotations
@@ -30,9 +35,10 @@ from skillbank.data.builtin import build_builtin_stream
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CATEGORIES = {"general_question", "chit_chat", "missing_tool", "advice_opinion"}
-# file -> (requests, fewest per category, id prefix)
-SETS = {"offdomain.jsonl": (120, 25, "off"), "offdomain_holdout.jsonl": (60, 15, "hoff"),
-        "offdomain_short.jsonl": (40, 8, "soff")}
+# file -> (requests, fewest per category, id prefix, categories)
+SETS = {"offdomain.jsonl": (120, 25, "off", CATEGORIES), "offdomain_holdout.jsonl": (60, 15, "hoff", CATEGORIES),
+        "offdomain_short.jsonl": (40, 8, "soff", CATEGORIES),
+        "offdomain_injection.jsonl": (60, 60, "inj", {"prompt_injection"})}
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -65,7 +71,7 @@ def test_every_line_has_exactly_the_three_string_fields(rows):
 
 
 def test_total_and_ids(rows, fixture_file):
-    total, _, prefix = SETS[fixture_file]
+    total, _, prefix, _ = SETS[fixture_file]
     assert len(rows) == total
     ids = [row["id"] for row in rows]
     assert len(ids) == len(set(ids)), [i for i, c in Counter(ids).items() if c > 1]
@@ -79,10 +85,10 @@ def test_the_sets_share_no_request():
         assert not a & b
 
 
-def test_exactly_the_four_categories_with_enough_each(rows, fixture_file):
-    MIN_PER_CATEGORY = SETS[fixture_file][1]
+def test_exactly_the_categories_with_enough_each(rows, fixture_file):
+    _, MIN_PER_CATEGORY, _, categories = SETS[fixture_file]
     counts = Counter(row["category"] for row in rows)
-    assert set(counts) == CATEGORIES, counts
+    assert set(counts) == categories, counts
     for cat, n in counts.items():
         assert n >= MIN_PER_CATEGORY, (cat, n)
 

@@ -238,7 +238,8 @@ class Planner:
         three skills of the chosen shard its skill statistics find likeliest (``top_skills``; the prior the
         executor's choice of skill names was weighed by; empty for a shard written without them). A gate with
         an outlier corpus adds ``outside``: how like the learned families (+1: their mean) rather than like
-        requests no skill serves (-1: the corpus's mean) the request's embedding is."""
+        requests no skill serves (-1: the corpus's mean) the request's embedding is, and with one discriminant
+        per corpus category ``outside_like``: the category it looks likest to (its ``outside`` is that one's)."""
         bank, v = self.bank, decision.verdict
         out = {"scope_margin": decision.scope_margin, "scope_family": v.family if v is not None else None, "top_families": [], "counted_words": [],
                "values": [], "context": [], "top_skills": []}
@@ -260,6 +261,8 @@ class Planner:
                                     for w, x in bank.scope.word_evidence(masked, v.family)]
             if bank.scope.outliers is not None:
                 out["outside"] = round(float(bank.scope.outside_scores([masked])[0]), 3)
+                if bank.scope.outlier_categories:
+                    out["outside_like"] = bank.scope.likest_outside([masked])[0]
         return out
 
     # -- all four, in this process ------------------------------------------------------------------

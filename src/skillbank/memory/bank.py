@@ -578,7 +578,8 @@ class SkillBank:
             why = ("the request has no words the Address Memory can read" if not np.isfinite(score) else
                    f"no learned skill family covers this request: judged by {self.scope.evidence}, its best "
                    f"family ({self.scope.classes_[best]}) scores {score:.2f}, below the threshold {thr:.2f} "
-                   f"{self.scope.threshold_source}" + self._unseen_words(request, best))
+                   f"{self.scope.threshold_source}" + self._unseen_words(request, best)
+                   + self._likest_outside(request))
             verdicts.append(ScopeVerdict(False, score if np.isfinite(score) else None, thr,
                                          self.scope.classes_[best], why))
         return verdicts
@@ -591,6 +592,14 @@ class SkillBank:
             return ""
         return (f"; words {self.scope.classes_[family]} never uses: "
                 + ", ".join(repr(w) for w in unseen[:most]) + (" ..." if len(unseen) > most else ""))
+
+    def _likest_outside(self, request) -> str:
+        """With one outlier discriminant per corpus category: which kind of request no skill serves a refused
+        one reads most like (a prompt injection, chit-chat, another service's tool request ...)."""
+        if self.scope.outliers is None or not self.scope.outlier_categories:
+            return ""
+        kind = self.scope.likest_outside([request])[0]
+        return f"; it reads most like the outlier corpus's {kind.replace('_', ' ')} requests" if kind else ""
 
     def skill_address(self, family: str):
         """Shard ``family``'s skill statistics (:mod:`skillbank.memory.skill_address`), or None where the shard
@@ -874,10 +883,12 @@ class SkillBank:
 
 def default_scope_params(params: dict | None = None) -> dict:
     """A new bank's scope settings, ``params`` over the defaults: the shipped encoder and, where the gate has
-    an encoder and the value reader, the shipped outlier corpus."""
+    an encoder and the value reader, the shipped outlier corpus, one discriminant per category of it."""
     params = {"encoder": DEFAULT_ENCODER, **(params or {})}
     if params["encoder"] is not None and params.get("reader", "values") == "values":
         params.setdefault("outliers", OUTLIER_CORPUS)
+    if params.get("outliers") is not None:
+        params.setdefault("outlier_categories", True)
     return params
 
 

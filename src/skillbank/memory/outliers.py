@@ -43,13 +43,13 @@ def corpus_path(name: str = OUTLIER_CORPUS) -> Path:
     return Path(name)
 
 
-def load_corpus(name: str = OUTLIER_CORPUS) -> list[str]:
-    """The corpus's requests; a line that is not a JSON object with a non-empty "request" is an error naming
-    the file and line."""
+def read_corpus(name: str = OUTLIER_CORPUS) -> tuple[list[str], list[str]]:
+    """The corpus's requests and their categories ("" where a line has none); a line that is not a JSON object
+    with a non-empty "request" (and, if present, a string "category") is an error naming the file and line."""
     path = corpus_path(name)
     if not path.is_file():
         raise ScopeError(f"outlier corpus {path} not found")
-    requests = []
+    requests, categories = [], []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
@@ -59,10 +59,18 @@ def load_corpus(name: str = OUTLIER_CORPUS) -> list[str]:
             raise ScopeError(f"{path}:{n}: not JSON ({exc.msg})") from None
         if not isinstance(row, dict) or not isinstance(row.get("request"), str) or not row["request"].strip():
             raise ScopeError(f"{path}:{n}: expected an object with a non-empty \"request\"")
+        if not isinstance(row.get("category", ""), str):
+            raise ScopeError(f"{path}:{n}: \"category\" must be a string")
         requests.append(row["request"])
+        categories.append(row.get("category", "").strip())
     if len(requests) < 2 * FOLDS:
         raise ScopeError(f"{path}: {len(requests)} requests; the outlier corpus needs at least {2 * FOLDS}")
-    return requests
+    return requests, categories
+
+
+def load_corpus(name: str = OUTLIER_CORPUS) -> list[str]:
+    """The corpus's requests (:func:`read_corpus` without the categories)."""
+    return read_corpus(name)[0]
 
 
 def cached_embeddings(texts: list[str], encoder_digest: str, embed: Callable[[list[str]], np.ndarray]
@@ -138,8 +146,29 @@ def discriminant(inside: Moments, outside: Moments, shrinkage: float) -> tuple[n
     return w, float(-0.5 * (mu_in + mu_out) @ w)
 
 
+def corpus_groups(categories: list[str] | None, n: int) -> list[tuple[str, np.ndarray]]:
+    """The corpus's parts that get a discriminant each, as (name, indices into the corpus): one per category of
+    at least ``2 * FOLDS`` requests, the smaller categories pooled (named together; joining the largest part if
+    still smaller); the whole corpus, named "", when it has no categories. The outside is several clusters
+    (questions, chit-chat, other services' tool requests, prompt injections ...): one Gaussian over all of them
+    sits between them, where nothing is."""
+    if not categories or len(set(categories)) < 2:
+        return [("", np.arange(n))]
+    cats = np.asarray(categories)
+    names, sizes = np.unique(cats, return_counts=True)
+    groups = [(str(c), np.flatnonzero(cats == c)) for c, size in zip(names, sizes) if size >= 2 * FOLDS]
+    few = names[sizes < 2 * FOLDS]
+    small = np.flatnonzero(np.isin(cats, few))
+    if len(small) >= 2 * FOLDS or (len(small) and not groups):
+        groups.append(("+".join(str(c) or "(none)" for c in few), small))
+    elif len(small):
+        big = int(np.argmax([len(idx) for _, idx in groups]))
+        groups[big] = (groups[big][0], np.sort(np.concatenate([groups[big][1], small])))
+    return groups
+
+
 def folds(n: int) -> np.ndarray:
-    """Fold of each corpus request (fixed: round robin, so a refit gives the same folds)."""
+    """Fold of each request of a corpus part (fixed: round robin, so a refit gives the same folds)."""
     return np.arange(n) % FOLDS
 
 
@@ -153,3 +182,20 @@ def out_of_fold_scores(inside: Moments, corpus: np.ndarray, shrinkage: float) ->
         w, b = discriminant(inside, everything - Moments.of(corpus[held]), shrinkage)
         out[held] = corpus[held] @ w + b
     return out
+
+
+def group_discriminants(inside: Moments, corpus: np.ndarray, groups: list[tuple[str, np.ndarray]], shrinkage: float
+                        ) -> tuple[list[tuple[np.ndarray, float, float]], np.ndarray]:
+    """One discriminant per corpus part, each as (w, b, half) with ``(X @ w + b) / half`` at +1 for the
+    families' mean and -1 for the part's; and every corpus request's score, the least over the parts (how much
+    it looks like the closest part), each request read by its own part's discriminant out of fold (the others
+    never saw it)."""
+    discs, per_part = [], np.empty((len(corpus), len(groups)))
+    for j, (_, idx) in enumerate(groups):
+        part = corpus[idx]
+        w, b = discriminant(inside, Moments.of(part), shrinkage)
+        half = 0.5 * float((inside.mean() - part.mean(axis=0)) @ w)
+        discs.append((w, b, half))
+        per_part[:, j] = (corpus @ w + b) / half
+        per_part[idx, j] = out_of_fold_scores(inside, part, shrinkage) / half
+    return discs, per_part.min(axis=1)

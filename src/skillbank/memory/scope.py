@@ -174,11 +174,15 @@ class ScopeDetector:
     outlier_weight : weight of the discriminant's log-odds (in-domain mean at +1, the corpus's at -1) added
         to the other experts' score.
     outlier_refusal : the share of the corpus's requests the threshold refuses.
+    outlier_categories : one discriminant per category of the corpus (its lines' ``"category"``; categories
+        of fewer than ten requests pooled), a request scored by the one it looks likest to, instead of one
+        discriminant against the whole corpus (False: what states saved before this option hold).
     """
 
     def __init__(self, lam: float = 0.5, quantile: float = 0.01, n_features: int = 2**18, language: str = "en",
                  encoder: str | None = "minilm", reader: str = "values", outliers: str | None = None,
-                 outlier_shrinkage: float = 0.8, outlier_weight: float = 1.0, outlier_refusal: float = 0.9):
+                 outlier_shrinkage: float = 0.8, outlier_weight: float = 1.0, outlier_refusal: float = 0.9,
+                 outlier_categories: bool = False):
         if not 0 < lam < 1:
             raise ScopeError(f"scope lam must be in (0, 1), got {lam!r}")
         if not 0 <= quantile < 0.5:
@@ -197,6 +201,8 @@ class ScopeDetector:
             raise ScopeError(f"scope outlier_weight must be positive, got {outlier_weight!r}")
         if not 0 < outlier_refusal < 1:
             raise ScopeError(f"scope outlier_refusal must be in (0, 1), got {outlier_refusal!r}")
+        if not isinstance(outlier_categories, bool):
+            raise ScopeError(f"scope outlier_categories must be true or false, got {outlier_categories!r}")
         self.lam, self.quantile, self.n_features, self.language = float(lam), float(quantile), int(n_features), language
         self.reader = reader
         if outliers is not None and outliers != OUTLIER_CORPUS:
@@ -204,12 +210,14 @@ class ScopeDetector:
             outliers = str(Path(outliers).expanduser().resolve())
         self.outliers, self.outlier_shrinkage = outliers, float(outlier_shrinkage)
         self.outlier_weight, self.outlier_refusal = float(outlier_weight), float(outlier_refusal)
+        self.outlier_categories = outlier_categories
         # With outliers: the corpus (its requests and their embeddings, kept so that scores do not move when
         # skillbank ships another corpus) and per family the sum of its requests' squared embeddings, (d,)
         # (counts and sums are embedding_count_ / embedding_sum_): the discriminant keeps each family's
         # within-family scatter diagonal, d numbers a family instead of d(d+1)/2 (295 KB at 384 dimensions,
         # which a bank of 1,000 families would rewrite at every learn); the spread between families stays exact.
         self.outlier_requests_: list[str] | None = None
+        self.outlier_categories_: list[str] | None = None  # each request's category ("" where it has none)
         self.outlier_embeddings_: np.ndarray | None = None
         self.embedding_squares_: dict[str, np.ndarray] = {}
         # What a value looks like in these families' requests (reader="values"): per-family word statistics.
@@ -238,7 +246,7 @@ class ScopeDetector:
         self._scales = None  # (median, scale) of the word and the embedding training scores
         self._unit_means = None  # (n_prototypes, d) unit mean embeddings, and each one's family index
         self._known = None  # (n_features,) 1 where a word counts against a family that never uses it
-        self._outside = None  # (w, b, half, the corpus's out-of-fold scores): see _discriminant
+        self._outside = None  # (the parts' names, their (w, b, half), the corpus's out-of-fold scores)
 
     def get_params(self) -> dict:
         params = {"lam": self.lam, "quantile": self.quantile, "n_features": self.n_features,
@@ -246,6 +254,8 @@ class ScopeDetector:
         if self.outliers is not None:  # absent otherwise: banks made before outliers keep their manifests
             params.update(outliers=self.outliers, outlier_shrinkage=self.outlier_shrinkage,
                           outlier_weight=self.outlier_weight, outlier_refusal=self.outlier_refusal)
+            if self.outlier_categories:  # absent when off: the parameters of states saved before it stay as saved
+                params["outlier_categories"] = True
         return params
 
     @property
@@ -395,12 +405,12 @@ class ScopeDetector:
         """Read and embed the outlier corpus, once: its requests are masked as a request with no family's value
         vocabulary would be, so their embeddings do not depend on which families were learned first."""
         if self.outlier_requests_ is None:
-            from skillbank.memory.outliers import cached_embeddings, load_corpus
+            from skillbank.memory.outliers import cached_embeddings, read_corpus
             from skillbank.memory.selectors.embedding import get_encoder
-            requests = load_corpus(self.outliers)
+            requests, categories = read_corpus(self.outliers)
             prose = [mask(r).prose for r in requests]
             self.outlier_embeddings_ = cached_embeddings(prose, get_encoder(self.encoder).digest, self._embed)
-            self.outlier_requests_ = requests
+            self.outlier_requests_, self.outlier_categories_ = requests, categories
 
     def _add_skills(self, label: str, skills: Sequence[Sequence[str]], embeddings: np.ndarray,
                     cal_embeddings: np.ndarray) -> np.ndarray:
@@ -468,6 +478,7 @@ class ScopeDetector:
             if self.outliers is not None:
                 one.embedding_squares_ = {label: self.embedding_squares_[label]}
                 one.outlier_requests_, one.outlier_embeddings_ = self.outlier_requests_, self.outlier_embeddings_
+                one.outlier_categories_ = self.outlier_categories_
         return one
 
     def add_family(self, other: "ScopeDetector", source: str, label: str | None = None) -> "ScopeDetector":
@@ -494,7 +505,9 @@ class ScopeDetector:
         if self.outliers is not None:
             if self.outlier_requests_ is None:
                 self.outlier_requests_, self.outlier_embeddings_ = other.outlier_requests_, other.outlier_embeddings_
-            elif other.outlier_requests_ != self.outlier_requests_:
+                self.outlier_categories_ = other.outlier_categories_
+            elif (other.outlier_requests_ != self.outlier_requests_
+                  or (self.outlier_categories and other.outlier_categories_ != self.outlier_categories_)):
                 raise ScopeError("scope statistics made with another outlier corpus (another skillbank version?); "
                                  "refit the family here with `skillbank scope fit`")
         j = other.classes_.index(source)
@@ -558,20 +571,18 @@ class ScopeDetector:
         return self._threshold
 
     # -- the outlier expert (outliers set) ------------------------------------------------------
-    def _discriminant(self) -> tuple[np.ndarray, float, float, np.ndarray]:
-        """(w, b, half, the corpus's out-of-fold log-odds / half): the discriminant between every learned
-        family's requests and the corpus, made from the per-family sums (so it is the same whatever order the
-        families came in, and forgetting one is exact)."""
+    def _discriminant(self) -> tuple[list[str], list[tuple[np.ndarray, float, float]], np.ndarray]:
+        """(the corpus parts' names, each part's discriminant (w, b, half), the corpus's out-of-fold scores):
+        discriminants between every learned family's requests and the corpus (one part, or one per category with
+        ``outlier_categories``), made from the per-family sums, so they are the same whatever order the families
+        came in, and forgetting one is exact. Divided by ``half`` (half the Mahalanobis distance of the two
+        means), the families' mean scores +1 and the part's -1, whatever the encoder's scale."""
         if self._outside is None:
-            from skillbank.memory.outliers import Moments, discriminant, out_of_fold_scores
-            inside = self._inside_moments()
+            from skillbank.memory.outliers import corpus_groups, group_discriminants
             corpus = self.outlier_embeddings_.astype(np.float64)
-            w, b = discriminant(inside, Moments.of(corpus), self.outlier_shrinkage)
-            # half the Mahalanobis distance of the two means: divided by it, the families' mean scores +1 and
-            # the corpus's -1, whatever the encoder's scale
-            half = 0.5 * float((inside.mean() - corpus.mean(axis=0)) @ w)
-            oof = out_of_fold_scores(inside, corpus, self.outlier_shrinkage) / half
-            self._outside = (w, b, half, oof)
+            groups = corpus_groups(self.outlier_categories_ if self.outlier_categories else None, len(corpus))
+            discs, oof = group_discriminants(self._inside_moments(), corpus, groups, self.outlier_shrinkage)
+            self._outside = ([name for name, _ in groups], discs, oof)
         return self._outside
 
     def _inside_moments(self):
@@ -583,9 +594,13 @@ class ScopeDetector:
         return families_moments(self.embedding_count_, self.embedding_sum_,
                                 [self.embedding_squares_[label] for label in self.classes_])
 
+    def _outside_parts(self, embeddings: np.ndarray) -> np.ndarray:
+        """(n_requests, n_parts): each corpus part's scaled log-odds."""
+        _, discs, _ = self._discriminant()
+        return np.stack([(embeddings @ w + b) / half for w, b, half in discs], axis=1)
+
     def _outside_of(self, embeddings: np.ndarray) -> np.ndarray:
-        w, b, half, _ = self._discriminant()
-        return (embeddings @ w + b) / half
+        return self._outside_parts(embeddings).min(axis=1)
 
     def _corpus_scores(self) -> np.ndarray:
         """The corpus's requests' scores on :meth:`score`'s scale (best family), the discriminant's part out of
@@ -601,6 +616,15 @@ class ScopeDetector:
         if self.outliers is None:
             raise ScopeError("this scope detector has no outlier corpus (outliers=None)")
         return self._outside_of(self._embed(self._texts(self._as_masked(requests))[1]))
+
+    def likest_outside(self, requests: Sequence[str] | Sequence[MaskedRequest]) -> list[str]:
+        """Per request, the category of the outlier corpus it looks likest to (the part whose discriminant scores
+        it lowest; "" for a corpus read as one part)."""
+        if self.outliers is None:
+            raise ScopeError("this scope detector has no outlier corpus (outliers=None)")
+        names, *_ = self._discriminant()
+        parts = self._outside_parts(self._embed(self._texts(self._as_masked(requests))[1]))
+        return [names[j] for j in parts.argmin(axis=1)]
 
     def _family_scores(self, X: sp.csr_matrix, c: int, leave_out: sp.csr_matrix | None = None) -> np.ndarray:
         """Word scores of the rows of ``X`` against family ``c``; with ``leave_out``, row i scored against the
@@ -757,8 +781,8 @@ class ScopeDetector:
         if self.outliers is not None and self.outlier_requests_ is not None:
             arrays["outlier_embeddings"] = self.outlier_embeddings_
             arrays.update({f"squares_{i}": self.embedding_squares_[k] for i, k in enumerate(self.classes_)})
-            (directory / SCOPE_OUTLIERS).write_text(json.dumps({"requests": self.outlier_requests_},
-                                                               ensure_ascii=False) + "\n")
+            (directory / SCOPE_OUTLIERS).write_text(json.dumps(
+                {"requests": self.outlier_requests_, "categories": self.outlier_categories_}, ensure_ascii=False) + "\n")
         np.savez(directory / SCOPE_ARRAYS, **arrays)  # uncompressed, as the router's: see Selector.save
         if self.reader == "values":
             (directory / SCOPE_VALUES).write_text(json.dumps(self.vocabulary_.to_state(), ensure_ascii=False) + "\n")
@@ -807,6 +831,13 @@ class ScopeDetector:
                 raise ScopeError(f"{directory / SCOPE_OUTLIERS}: expected the {len(det.outlier_embeddings_)} "
                                  "requests of the outlier corpus")
             det.outlier_requests_ = requests
+            # states saved before categories were kept read their corpus as one part (outlier_categories off)
+            categories = state.get("categories")
+            if det.outlier_categories and (not isinstance(categories, list) or len(categories) != len(requests)
+                                           or not all(isinstance(c, str) for c in categories)):
+                raise ScopeError(f"{directory / SCOPE_OUTLIERS}: expected a category for each of the "
+                                 f"{len(requests)} requests of the outlier corpus")
+            det.outlier_categories_ = categories if isinstance(categories, list) else None
         if det.encoder is not None and det.embedding_sum_.shape[0] != len(det.classes_):
             raise ScopeError(f"{directory / SCOPE_ARRAYS}: embedding statistics for "
                                 f"{det.embedding_sum_.shape[0]} families, {len(det.classes_)} named")

@@ -123,7 +123,8 @@ class PlanResult(BaseModel):
                                                                 "top_skills [{skill, p}] (the chosen shard's skill "
                                                                 "prior), and for a gate with an outlier corpus "
                                                                 "outside (+1: like the learned families' mean, -1: "
-                                                                "like the corpus's)")
+                                                                "like the corpus's) with outside_like, the corpus "
+                                                                "category it is likest to")
 
 
 class PlanResponse(BaseModel):
