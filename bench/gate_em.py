@@ -87,7 +87,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--gates", default="", help="comma-separated gates to price besides the bank's own: "
-                    "values, outliers, raw")
+                    "values, outliers-one, outliers, raw")
     args = ap.parse_args()
     if (args.bank is None) == (args.make is None):
         ap.error("give exactly one of --bank, --make")

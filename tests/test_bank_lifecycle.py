@@ -157,7 +157,8 @@ def test_plan_refuses_what_no_family_covers(tmp_path, base, small_stream):
     from skillbank.memory.scope import ScopeDetector
     # every setting is written out, so a later default cannot change this bank's detector
     assert json.loads((tmp_path / "bank" / "bank.json").read_text())["scope_params"] == {
-        **ScopeDetector(outliers="builtin").get_params(), "quantile": 0.1, "encoder": DEFAULT_ENCODER}
+        **ScopeDetector(outliers="builtin", outlier_categories=True).get_params(), "quantile": 0.1,
+        "encoder": DEFAULT_ENCODER}
     for k in keys:
         bank.learn(k, small_stream.train[k], CFG, catalog=small_stream.catalog, progress=False, init="fresh")
     inside = [r.request for k in keys for r in small_stream.train[k]][:6]
@@ -189,6 +190,11 @@ def test_plan_refuses_what_no_family_covers(tmp_path, base, small_stream):
     # the outlier expert's part: how like the learned families rather than the outlier corpus (a new bank has one)
     assert isinstance(e["outside"], float) and e["outside"] == pytest.approx(
         float(bank.scope.outside_scores([inside[0]])[0]), abs=1e-3)
+    # ... and, where it leans outside, which category of the corpus it is likest to (a new bank has one
+    # discriminant per category)
+    assert e["outside_like"] is None if e["outside"] >= 0 else e["outside_like"] in set(bank.scope.outlier_categories_)
+    refused = bank.plan([OFF_DOMAIN[0]], max_new_tokens=MAX_NEW, explain=True)[0].to_dict()["explain"]
+    assert refused["outside"] >= 0 or refused["outside_like"] in set(bank.scope.outlier_categories_)
     assert plans[0].to_dict()["explain"] is None  # asked for, or null
     # ... and the sentences that only set the scene, which a new bank's router leaves out
     assert bank.address.drop_context

@@ -578,8 +578,7 @@ class SkillBank:
             why = ("the request has no words the Address Memory can read" if not np.isfinite(score) else
                    f"no learned skill family covers this request: judged by {self.scope.evidence}, its best "
                    f"family ({self.scope.classes_[best]}) scores {score:.2f}, below the threshold {thr:.2f} "
-                   f"{self.scope.threshold_source}" + self._unseen_words(request, best)
-                   + self._likest_outside(request))
+                   f"{self.scope.threshold_source}" + self._unseen_words(request, best))
             verdicts.append(ScopeVerdict(False, score if np.isfinite(score) else None, thr,
                                          self.scope.classes_[best], why))
         return verdicts
@@ -592,14 +591,6 @@ class SkillBank:
             return ""
         return (f"; words {self.scope.classes_[family]} never uses: "
                 + ", ".join(repr(w) for w in unseen[:most]) + (" ..." if len(unseen) > most else ""))
-
-    def _likest_outside(self, request) -> str:
-        """With one outlier discriminant per corpus category: which kind of request no skill serves a refused
-        one reads most like (a prompt injection, chit-chat, another service's tool request ...)."""
-        if self.scope.outliers is None or not self.scope.outlier_categories:
-            return ""
-        kind = self.scope.likest_outside([request])[0]
-        return f"; it reads most like the outlier corpus's {kind.replace('_', ' ')} requests" if kind else ""
 
     def skill_address(self, family: str):
         """Shard ``family``'s skill statistics (:mod:`skillbank.memory.skill_address`), or None where the shard

@@ -124,7 +124,7 @@ class PlanResult(BaseModel):
                                                                 "prior), and for a gate with an outlier corpus "
                                                                 "outside (+1: like the learned families' mean, -1: "
                                                                 "like the corpus's) with outside_like, the corpus "
-                                                                "category it is likest to")
+                                                                "category it is likest to where outside < 0")
 
 
 class PlanResponse(BaseModel):
