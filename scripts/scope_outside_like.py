@@ -25,7 +25,7 @@ def main() -> None:
     stream = build_builtin_stream(seed=0, train_per_family=200, test_per_family=50, families=5)
     det = detector_for_stream(stream, **GATES["outliers"])
     records = [r for n in DEV_OFF for r in rows(n)]
-    named = det.likest_outside([r["request"] for r in records])
+    _, named = det.closest_outside([r["request"] for r in records])
     right, total, confused = Counter(), Counter(), Counter()
     for r, like in zip(records, named):
         written = AS_CORPUS.get(r["category"], r["category"])

@@ -261,11 +261,13 @@ class Planner:
             out["counted_words"] = [{"word": w, "score": round(x, 3)}
                                     for w, x in bank.scope.word_evidence(masked, v.family)]
             if bank.scope.outliers is not None:
-                out["outside"] = round(float(bank.scope.outside_scores([masked])[0]), 3)
+                score, like = bank.scope.closest_outside([masked])
+                out["outside"] = round(float(score[0]), 3)
                 if bank.scope.outlier_categories:
                     # a pointer, not a classification: on the development off-domain sets it names the set's own
-                    # category for 66% of requests (other services' tools 98%, injections 83%, questions 34%)
-                    out["outside_like"] = bank.scope.likest_outside([masked])[0] if out["outside"] < 0 else None
+                    # category for 66% of requests (other services' tools 98%, injections 83%, questions 34%;
+                    # scripts/scope_outside_like.py)
+                    out["outside_like"] = like[0] if score[0] < 0 else None
         return out
 
     # -- all four, in this process ------------------------------------------------------------------

@@ -613,18 +613,16 @@ class ScopeDetector:
     def outside_scores(self, requests: Sequence[str] | Sequence[MaskedRequest]) -> np.ndarray:
         """The discriminant's log-odds per request, scaled so that the learned families' mean is +1 and the
         outlier corpus's -1 (what ``--explain`` shows as ``outside``)."""
-        if self.outliers is None:
-            raise ScopeError("this scope detector has no outlier corpus (outliers=None)")
-        return self._outside_of(self._embed(self._texts(self._as_masked(requests))[1]))
+        return self.closest_outside(requests)[0]
 
-    def likest_outside(self, requests: Sequence[str] | Sequence[MaskedRequest]) -> list[str]:
-        """Per request, the category of the outlier corpus it looks likest to (the part whose discriminant scores
-        it lowest; "" for a corpus read as one part)."""
+    def closest_outside(self, requests: Sequence[str] | Sequence[MaskedRequest]) -> tuple[np.ndarray, list[str]]:
+        """Per request, :meth:`outside_scores` and the category of the outlier corpus it looks likest to (the part
+        whose discriminant scores it lowest, which gives that score; "" for a corpus read as one part)."""
         if self.outliers is None:
             raise ScopeError("this scope detector has no outlier corpus (outliers=None)")
         names, *_ = self._discriminant()
         parts = self._outside_parts(self._embed(self._texts(self._as_masked(requests))[1]))
-        return [names[j] for j in parts.argmin(axis=1)]
+        return parts.min(axis=1), [names[j] for j in parts.argmin(axis=1)]
 
     def _family_scores(self, X: sp.csr_matrix, c: int, leave_out: sp.csr_matrix | None = None) -> np.ndarray:
         """Word scores of the rows of ``X`` against family ``c``; with ``leave_out``, row i scored against the
