@@ -72,8 +72,10 @@ for i, name in enumerate(names, start=1):
     bank.plan([requests[name]], shard=name, max_new_tokens=48)
     if i == 5 or i % 20 == 0 or i == len(names):
         gc.collect()
-        print(json.dumps({"shards_used": i, "rss_mb": rss(), "resident": len(bank.execution.resident),
-                          "loads": bank.execution.loads}), flush=True)
+        ex = bank.engine  # what plans: the llama.cpp engine keeps its models in `loaded`, torch its shards in `resident`
+        print(json.dumps({"shards_used": i, "rss_mb": rss(), "engine": type(ex).__name__,
+                          "resident": len(ex.loaded if hasattr(ex, "loaded") else ex.resident),
+                          "loads": getattr(ex, "loads", None)}), flush=True)
 """
 
 
@@ -136,7 +138,7 @@ def report_resident(rows: list[dict], out: Path, max_resident: int) -> None:
     print(f"{'shards used':>11} {'RSS MB':>8} {'growth MB':>10} {'x':>6} {'resident':>8} {'loads':>6}")
     for r in rows:
         print(f"{r['shards_used']:>11} {r['rss_mb']:>8.0f} {r['rss_mb'] - first['rss_mb']:>+10.1f} "
-              f"{r['rss_mb'] / first['rss_mb']:>5.2f}x {r['resident']:>8} {r['loads']:>6}")
+              f"{r['rss_mb'] / first['rss_mb']:>5.2f}x {r['resident']:>8} {str(r['loads']):>6}")
     (out / "resident.json").write_text(json.dumps({"max_resident": max_resident, "rows": rows}, indent=1) + "\n")
     import matplotlib
     matplotlib.use("Agg")
@@ -192,7 +194,9 @@ def main() -> None:
         pre = pretrained_copy(template, args.out / "pre" / family, cfg, common_prefix(sorted(skills)),
                               len(stream.train[family]))
         t0 = time.perf_counter()
-        bank.learn(family, stream.train[family], cfg, catalog=stream.catalog, pretrained=pre, progress=False)
+        # init="fresh": a pretrained adapter was trained from a fresh LoRA, not from the bank's merged start
+        bank.learn(family, stream.train[family], cfg, catalog=stream.catalog, pretrained=pre, progress=False,
+                   init="fresh")
         learn_seconds.append(time.perf_counter() - t0)
         bank.execution.ensure_resident([family])  # applies max_resident to the bank being built
         shutil.rmtree(pre)
