@@ -133,6 +133,19 @@ def test_learn_writes_skill_statistics_beside_the_shard_and_the_bank_checks_them
     shown = bank.plan([request], shard=k1, max_new_tokens=8, explain=True)[0].to_dict()["explain"]["top_skills"]
     assert len(shown) == min(3, len(used)) and {s["skill"] for s in shown} <= used
 
+    # the statistics kept read are bounded (a process meeting many families stays flat) and read again after
+    from cachetools import LRUCache
+
+    from skillbank.memory.bank import SKILL_STATISTICS_KEPT, skill_statistics_kept
+    assert bank._skill_addresses.maxsize == SKILL_STATISTICS_KEPT
+    bounded = SkillBank.open(root, max_resident=2)
+    assert bounded._skill_addresses.maxsize == skill_statistics_kept(2) >= 2
+    bounded._skill_addresses = LRUCache(1)
+    first = bounded.skill_address(k1)
+    bounded.skill_address(k2)
+    assert list(bounded._skill_addresses) == [k2]
+    assert bounded.skill_address(k1) is not first and set(bounded.skill_address(k1).classes_) == used
+
     # the router, the skill statistics and the explanation embed a text once per call, not once each
     from skillbank.memory.selectors import embedding
     from skillbank.memory.selectors.embedding import SentenceEncoder

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from cachetools import LRUCache
 
 from skillbank.data.catalog import check_disjoint
 from skillbank.data.records import Record
@@ -35,6 +36,7 @@ from skillbank.errors import BankError, RecordError, SelectorError
 from skillbank.graph import values_copied
 from skillbank.jsonfile import read_json
 from skillbank.memory.address import HashingNBAddress, Selector, load_selector, make_selector
+from skillbank.memory.execution import MIN_GRAMMARS_KEPT
 from skillbank.memory.lineage import descendants as lineage_descendants
 from skillbank.memory.lineage import DEFAULT_INIT, MergedStart, fresh, lineage_of, resolve_start, weights_digest
 from skillbank.memory.outliers import OUTLIER_CORPUS
@@ -48,6 +50,9 @@ log = logging.getLogger("skillbank.bank")
 
 BANK_FORMAT = 1
 MANIFEST = "bank.json"
+#: Shards whose skill statistics stay read without ``max_resident`` (~7 MB each in memory; bench/scale.py's planner
+#: grew 7.5 MB for every shard it used before they were bounded).
+SKILL_STATISTICS_KEPT = 32
 FAMILY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 
@@ -174,7 +179,9 @@ class SkillBank:
         self._max_resident: int | None = None
         self._given_base = False
         self._threads: int | None = None
-        self._skill_addresses: dict[str, tuple[str, object]] = {}  # shard -> (its digest, skill statistics or None)
+        # shard -> (its digest, skill statistics or None), the least recently used dropped: a shard's statistics
+        # take ~7 MB in memory and are read again in milliseconds, so a process meeting many families stays flat
+        self._skill_addresses: LRUCache = LRUCache(skill_statistics_kept(None))
 
     @property
     def execution(self):
@@ -279,6 +286,7 @@ class SkillBank:
         bank = cls(root, manifest, None, address, load_scope(root, manifest))
         bank._load_execution = lambda: bank._open_execution(base, base_config, max_resident)
         bank.engine_choice, bank._max_resident, bank._given_base = engine, max_resident, base is not None
+        bank._skill_addresses = LRUCache(skill_statistics_kept(max_resident))
         bank._threads = threads
         if base is not None or not lazy:
             bank.execution  # noqa: B018 - load now: the caller asked for the model (or has it already)
@@ -870,6 +878,12 @@ class SkillBank:
 
     def info(self) -> dict:
         return bank_info(self.root)
+
+
+def skill_statistics_kept(max_resident: int | None) -> int:
+    """How many shards' skill statistics a bank keeps read: they follow the resident shards under ``max_resident``
+    (at least a few, so a small bound does not reread them every call), else a fixed number."""
+    return SKILL_STATISTICS_KEPT if max_resident is None else max(MIN_GRAMMARS_KEPT, max_resident)
 
 
 def default_scope_params(params: dict | None = None) -> dict:
