@@ -38,6 +38,8 @@ def assert_no_requests_saved(directory, requests):
     if (directory / "stats.npz").is_file():
         with np.load(directory / "stats.npz") as npz:
             assert all(npz[k].dtype.kind in "fiub" for k in npz.files)  # numbers only
+    for path in directory.glob("*.npy"):
+        assert np.load(path, mmap_mode="r").dtype.kind in "fiub"
 
 
 # -- class statistics ------------------------------------------------------------------------------
@@ -193,6 +195,12 @@ def test_embedding_router_interface_save_load_no_requests(tmp_path, small_stream
     assert type(back) is type(sel) and back.get_params() == sel.get_params()
     np.testing.assert_allclose(back.predict_proba(reqs), proba, rtol=1e-9, atol=1e-12)
     assert_no_requests_saved(tmp_path / "router", [r.request for k in keys for r in small_stream.train[k]])
+    # the per-family matrices are saved apart and read memory-mapped; their sum is saved, not recomputed
+    assert (tmp_path / "router" / "g_class_scatter.npy").is_file()
+    assert not back.stats_.class_scatter_.flags.writeable and not back.stats_.class_scatter_.flags.owndata
+    np.testing.assert_array_equal(back.stats_.scatter_, sel.stats_.scatter_)
+    np.testing.assert_array_equal(copy.deepcopy(back).forget(keys[1]).stats_.scatter_,
+                                  copy.deepcopy(sel).forget(keys[1]).stats_.scatter_)
     # learning continues after a reload exactly as without it
     extra = [r.request for r in small_stream.test[keys[0]]]
     back.partial_fit(extra, keys[0])

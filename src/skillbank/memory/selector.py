@@ -26,6 +26,8 @@ from skillbank.errors import SelectorError
 from skillbank.jsonfile import read_json
 
 SELECTOR_FORMAT = 1
+#: Arrays whose key ends so are saved one .npy file each and loaded memory-mapped (see Selector.save).
+MAPPED_SUFFIX = "class_scatter"
 #: kind -> "module:Class". One table: a new selector kind is added here.
 SELECTOR_KINDS = {
     "hashing-nb": "skillbank.memory.address:HashingNBAddress",
@@ -163,6 +165,13 @@ class Selector(ABC):
         directory.mkdir(parents=True, exist_ok=True)
         state, arrays = self._state()
         meta = {"format": SELECTOR_FORMAT, "kind": self.kind, "params": self.get_params(), "state": state}
+        # Per-class matrices (MAPPED_SUFFIX) go to a .npy file each, read memory-mapped: scoring needs only their
+        # sum (saved with the rest), so opening a bank of 1,000 families does not read 600 MB of them
+        # (docs/routing.md, "Cost vs the number of families").
+        mapped = {k: v for k, v in arrays.items() if k.endswith(MAPPED_SUFFIX)}
+        for key, value in mapped.items():
+            np.save(directory / f"{key}.npy", np.ascontiguousarray(value))
+        arrays = {k: v for k, v in arrays.items() if k not in mapped}
         if arrays:
             # Uncompressed: every learn writes every family's counts, and compressing them made a learn's
             # cost grow with the bank (the counts are sparse already).
@@ -191,6 +200,11 @@ def load_selector(directory: str | Path, expected: type[Selector] | None = None,
     if (directory / "stats.npz").is_file():
         with np.load(directory / "stats.npz") as npz:
             arrays = {k: npz[k] for k in npz.files}
+    for path in sorted(directory.glob(f"*{MAPPED_SUFFIX}.npy")):
+        try:
+            arrays[path.stem] = np.load(path, mmap_mode="r")
+        except (OSError, ValueError) as exc:
+            raise SelectorError(f"{path}: unreadable ({exc})") from None
     sel._set_state(meta.get("state", {}), arrays)
     return sel
 

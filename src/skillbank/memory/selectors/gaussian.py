@@ -88,6 +88,8 @@ class GaussianClassStats:
             # Chan's merge: within-chunk scatter plus the between-chunk term of the two means.
             added = dev.T @ dev + (n_a * n_b / n) * np.outer(delta, delta)
             if self.per_class:
+                if not self.class_scatter_.flags.writeable:  # memory-mapped as loaded: updated in memory
+                    self.class_scatter_ = np.array(self.class_scatter_)
                 self.class_scatter_[i] = (self.class_scatter_[i].astype(np.float64) + added).astype(np.float32)
             else:
                 self.scatter_ += added
@@ -193,7 +195,9 @@ class GaussianClassStats:
     # -- persistence (arrays only; the owner stores classes and hyperparameters) ------------------
     def arrays(self, prefix: str = "") -> dict[str, np.ndarray]:
         if self.per_class:
-            return {f"{prefix}count": self.count_, f"{prefix}mean": self.mean_,
+            # the pooled scatter too: it is their sum in class order, and reading it back spares a loader the
+            # per-class matrices (memory-mapped; read only to learn, forget or export a class)
+            return {f"{prefix}count": self.count_, f"{prefix}mean": self.mean_, f"{prefix}scatter": self.scatter_,
                     f"{prefix}class_scatter": self.class_scatter_}
         return {f"{prefix}count": self.count_, f"{prefix}mean": self.mean_, f"{prefix}scatter": self.scatter_}
 
@@ -210,7 +214,10 @@ class GaussianClassStats:
                 if self.class_scatter_.ndim != 3 or self.class_scatter_.shape[0] != len(self.classes_):
                     raise SelectorError(f"saved class statistics are inconsistent: {len(self.classes_)} classes, "
                                         f"per-class scatter {self.class_scatter_.shape}")
-                self._pool()
+                if f"{prefix}scatter" in arrays:  # saved with it since 2026-12-06: the same sum, not recomputed
+                    self.scatter_ = np.asarray(arrays[f"{prefix}scatter"], dtype=np.float64)
+                else:
+                    self._pool()
             else:
                 self.scatter_ = np.asarray(arrays[f"{prefix}scatter"], dtype=np.float64)
         except KeyError as exc:
