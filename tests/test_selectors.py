@@ -201,6 +201,10 @@ def test_embedding_router_interface_save_load_no_requests(tmp_path, small_stream
     np.testing.assert_array_equal(back.stats_.scatter_, sel.stats_.scatter_)
     np.testing.assert_array_equal(copy.deepcopy(back).forget(keys[1]).stats_.scatter_,
                                   copy.deepcopy(sel).forget(keys[1]).stats_.scatter_)
+    # saved again where it was loaded from (its matrices still mapped from there): written aside, then renamed
+    back.save(tmp_path / "router")
+    np.testing.assert_allclose(load_selector(tmp_path / "router").predict_proba(reqs), proba, rtol=1e-9, atol=1e-12)
+    assert not list((tmp_path / "router").glob("*.partial"))
     # learning continues after a reload exactly as without it
     extra = [r.request for r in small_stream.test[keys[0]]]
     back.partial_fit(extra, keys[0])

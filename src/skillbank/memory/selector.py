@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar, Sequence
@@ -169,8 +170,16 @@ class Selector(ABC):
         # sum (saved with the rest), so opening a bank of 1,000 families does not read 600 MB of them
         # (docs/routing.md, "Cost vs the number of families").
         mapped = {k: v for k, v in arrays.items() if k.endswith(MAPPED_SUFFIX)}
+        for stale in directory.glob(f"*{MAPPED_SUFFIX}.npy"):  # a state saved here before must not be read back
+            if stale.stem not in mapped:
+                stale.unlink()
         for key, value in mapped.items():
-            np.save(directory / f"{key}.npy", np.ascontiguousarray(value))
+            # written aside and renamed: a state loaded from here may still map the old file (truncating it in
+            # place would pull the pages from under that map)
+            aside = directory / f"{key}.npy.partial"
+            with open(aside, "wb") as f:
+                np.save(f, np.ascontiguousarray(value))
+            os.replace(aside, directory / f"{key}.npy")
         arrays = {k: v for k, v in arrays.items() if k not in mapped}
         if arrays:
             # Uncompressed: every learn writes every family's counts, and compressing them made a learn's
