@@ -8,8 +8,8 @@ hand-written development sets, each reported on its own.
 
 With ``--gates`` the same plans are also counted under other gates: scope detectors fitted on the demo
 stream's training requests of the bank's families with bench/scope.py's settings (``values``: the value
-reader, what banks made from 2026-12-03 hold; ``outliers``: plus the outlier corpus, a new bank's since
-2026-12-06), so that one generation pass prices each.
+reader, what banks made from 2026-12-03 hold; ``outliers-one``: plus one discriminant against the outlier corpus;
+``outliers``: one per category of it, a new bank's), so that one generation pass prices each.
 
 Next to the bank's own router it also scores FSM's lexical Address Memory (``hashing-nb``, fitted on the same
 training requests, stage by stage): a request it routes elsewhere is planned again by the shard it picks

@@ -92,6 +92,12 @@ def rates(scores: np.ndarray, threshold: float) -> float:
     return float((scores >= threshold).mean()) if len(scores) else float("nan")
 
 
+def refused_by_category(records: list[dict], scores: np.ndarray, threshold: float) -> dict[str, float]:
+    """Share of each category's off-domain requests the threshold refuses."""
+    cats = np.array([r["category"] for r in records])
+    return {c: 1 - rates(np.asarray(scores)[cats == c], threshold) for c in sorted(set(cats))}
+
+
 def time_per_request(det, router, requests: list[str]) -> tuple[float, float]:
     """Milliseconds a request of the scope check and of routing, one request at a time, scope then routing, as
     a plan does (after five untimed ones: ONNX Runtime's first calls allocate)."""
@@ -152,9 +158,7 @@ def run_split(k: int, readers: list[str], out: Path | None, encoder: str = DEFAU
             entry["kept"][n] = rates(score[n], thr)
         for n in DEV_OFF + TEST_OFF:
             entry["refused"][n] = 1 - rates(score[n], thr)
-            cats = sorted({r["category"] for r in offs[n]})
-            entry["refused_by_category"][n] = {
-                c: 1 - rates(np.array([s for r, s in zip(offs[n], score[n]) if r["category"] == c]), thr) for c in cats}
+            entry["refused_by_category"][n] = refused_by_category(offs[n], score[n], thr)
         dev_in = np.concatenate([score[n] for n in DEV_IN])
         dev_off = np.concatenate([score[n] for n in DEV_OFF])
         test_in, test_off = score["users_indomain"], score["users_offdomain"]
@@ -178,10 +182,7 @@ def run_split(k: int, readers: list[str], out: Path | None, encoder: str = DEFAU
             p = entry[f"{part}_curve_points"]
             print(f"- {part} curve: AUC {p['auc']:.3f}, kept {p['kept_at_95_refused']:.1%} where 95% is refused, "
                   f"refused {p['refused_at_97_kept']:.1%} where 97% is kept")
-        dev_cats = sorted({r["category"] for n in DEV_OFF for r in offs[n]})
-        dev_cat_scores = {c: np.array([s for n in DEV_OFF for r, s in zip(offs[n], score[n]) if r["category"] == c])
-                          for c in dev_cats}
-        entry["dev"]["refused_by_category"] = {c: 1 - rates(v, thr) for c, v in dev_cat_scores.items()}
+        entry["dev"]["refused_by_category"] = refused_by_category([r for n in DEV_OFF for r in offs[n]], dev_off, thr)
         print(f"- development: in-domain kept {entry['dev']['kept']:.1%}, off-domain refused {entry['dev']['refused']:.1%}"
               "; by category: " + ", ".join(f"{c} {v:.0%}" for c, v in entry["dev"]["refused_by_category"].items()))
         print(f"- FROZEN TEST: in-domain kept {entry['test']['kept']:.1%}, off-domain refused "

@@ -36,7 +36,7 @@ from skillbank.errors import BankError, RecordError, SelectorError
 from skillbank.graph import values_copied
 from skillbank.jsonfile import read_json
 from skillbank.memory.address import HashingNBAddress, Selector, load_selector, make_selector
-from skillbank.memory.execution import MIN_GRAMMARS_KEPT
+from skillbank.memory.execution import grammars_kept
 from skillbank.memory.lineage import descendants as lineage_descendants
 from skillbank.memory.lineage import DEFAULT_INIT, MergedStart, fresh, lineage_of, resolve_start, weights_digest
 from skillbank.memory.outliers import OUTLIER_CORPUS
@@ -881,9 +881,10 @@ class SkillBank:
 
 
 def skill_statistics_kept(max_resident: int | None) -> int:
-    """How many shards' skill statistics a bank keeps read: they follow the resident shards under ``max_resident``
-    (at least a few, so a small bound does not reread them every call), else a fixed number."""
-    return SKILL_STATISTICS_KEPT if max_resident is None else max(MIN_GRAMMARS_KEPT, max_resident)
+    """How many shards' skill statistics a bank keeps read: under ``max_resident`` as many as shard grammars
+    (:func:`~skillbank.memory.execution.grammars_kept`: the resident shards, with a small floor), else a fixed
+    number."""
+    return SKILL_STATISTICS_KEPT if max_resident is None else grammars_kept(max_resident)
 
 
 def default_scope_params(params: dict | None = None) -> dict:
