@@ -14,7 +14,9 @@ from skillbank.data.augment import (STYLED_SUFFIX, STYLES, AugmentError, StyleAu
 from skillbank.data.records import Record, read_records, write_records
 from skillbank.graph import TaskGraph
 
-TASKBENCH_SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "taskbench" / "sample"
+from conftest import TASKBENCH_FIXTURE
+
+TASKBENCH_SAMPLE = TASKBENCH_FIXTURE / "sample"
 
 
 def graph(*nodes):
@@ -43,8 +45,6 @@ def test_every_value_survives_every_rewrite_on_the_builtin_stream(builtin_record
 
 
 def test_values_survive_on_real_taskbench_requests():
-    if not TASKBENCH_SAMPLE.is_dir():
-        pytest.skip(f"TaskBench sample not found at {TASKBENCH_SAMPLE}")
     from skillbank.data.taskbench import load_taskbench
     stream = load_taskbench(TASKBENCH_SAMPLE.parent, train_per_family=1000)
     records = [r for k in stream.family_keys for r in [*stream.train[k], *stream.test[k]]]

@@ -18,7 +18,7 @@ from skillbank.model.prompts import render_prompt
 from skillbank.model.serialization import decode_output, encode
 from skillbank.train.executor import common_prefix
 
-from conftest import SHARED_TASKBENCH
+from conftest import TASKBENCH_FIXTURE
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +53,9 @@ def test_every_gold_graph_of_a_family_is_in_its_grammar(tiny, stream, fmt):
             assert accepts(tiny, grammar, encode(r.graph, fmt, prefix)), (family, r.id)
 
 
-@pytest.mark.skipif(not SHARED_TASKBENCH.is_dir(), reason="TaskBench sample not present")
 def test_taskbench_gold_graphs_are_in_their_family_grammars(tiny):
     from skillbank.data.taskbench import load_taskbench
-    tb = load_taskbench(SHARED_TASKBENCH, train_per_family=1000, test_per_family=0)
+    tb = load_taskbench(TASKBENCH_FIXTURE, train_per_family=1000, test_per_family=0)
     n = backward = 0
     for family in tb.family_keys:
         for fmt in ("compact", "json"):

@@ -1,7 +1,6 @@
 """TaskBench stream: catalog and partition, normalisation of real (messy) records, split, persistence.
 
-Runs against a real TaskBench sample when one sits next to the repository (``conftest.SHARED_TASKBENCH``;
-skipped when absent).
+Runs against the real TaskBench sample in ``tests/fixtures/taskbench`` (``conftest.TASKBENCH_FIXTURE``).
 """
 from __future__ import annotations
 
@@ -18,8 +17,7 @@ from skillbank.data.stream import Stream
 from skillbank.errors import CatalogError, StreamError
 from skillbank.graph import TaskGraph
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "taskbench"
-pytestmark = pytest.mark.skipif(not (SHARED / "sample").is_dir(), reason=f"TaskBench data not found at {SHARED}")
+from conftest import TASKBENCH_FIXTURE as SHARED
 
 SIZES = {"t1_daily_life": 40, "t2_language_speech": 11, "t3_retrieval_understanding": 21,
          "t4_vision_document": 9, "t5_generation_editing": 19}
