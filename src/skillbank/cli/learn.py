@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from skillbank.cli.common import err, friendly_errors, out
+from skillbank.cli.common import err, friendly_errors, out, threads_option, use_threads
 from skillbank.memory.lineage import DEFAULT_INIT, start_text
 
 
@@ -128,6 +128,7 @@ def learn(
                              "Address Memory gives each; the default: the new shard then descends from them, and "
                              "`forget` of one of them asks about it) or 'shard:NAME' (a copy of that shard's weights; "
                              "same LoRA shape). 'fresh' (the paper's FSM) ties the shard to no other."),
+    threads: Optional[int] = threads_option(),
 ):
     """Learn a new skill family: train a LoRA on its records only, freeze it, update the Address Memory.
 
@@ -140,6 +141,7 @@ def learn(
     from skillbank.memory.bank import SkillBank
     from skillbank.memory.lineage import parse_init
     from skillbank.model.base import BaseModelConfig
+    use_threads(threads)
     parse_init(init)  # a typo fails before any model is loaded
     cat = load_catalog(catalog, family) if catalog else None
     v = validate_records(data, cat, family=family)
@@ -193,12 +195,14 @@ def relearn(
                              "'merge' or 'shard:NAME' (as for `skillbank learn`; never the family's own old shard)."),
     descendants: str = typer.Option("refuse", help="Shards that started from the old version: 'refuse' (stop), "
                                     "'keep' (as they are) or 'forget' (forget them in the same publish)."),
+    threads: Optional[int] = threads_option(),
 ):
     """Train a new version of a family's shard on its records only and publish it atomically in its place."""
     from skillbank.data.tool_formats import load_catalog
     from skillbank.data.records import read_records
     from skillbank.memory.bank import SkillBank
     from skillbank.train.executor import TrainConfig
+    use_threads(threads)
     cat = load_catalog(catalog) if catalog else None
     rs = read_records(data, cat, family=family)
     sb = SkillBank.open(bank)

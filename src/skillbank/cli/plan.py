@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from skillbank.cli.common import err, friendly_errors, out, pct
+from skillbank.cli.common import err, friendly_errors, out, pct, threads_option, use_threads
 
 
 # -- scoring ------------------------------------------------------------------------------------
@@ -138,12 +138,15 @@ def plan(
     engine: Optional[str] = typer.Option(None, "--engine", envvar="SKILLBANK_ENGINE",
                                          help="In this process: 'auto' (llama.cpp on the embedded GGUF where it "
                                          "can serve the bank, else torch), 'llama.cpp' or 'torch'."),
+    threads: Optional[int] = threads_option("Threads to plan with in this process (default: $SKILLBANK_THREADS, "
+                                            "else the physical cores, at most 8)."),
 ):
     """Plan requests: route each to one shard, generate its task graph; prints one JSON object per request
     (a request no family covers: "shard": null, "out_of_scope": true and the reason). Exit status 1 when a
     request failed (its line says "failed": true and why: a damaged shard, a request too long for the model),
     after every line is printed; a refusal as out of scope is an answer, not a failure."""
     from skillbank.memory.bank import SkillBank
+    use_threads(threads)
     if (not request) == (file is None):
         raise typer.BadParameter("give requests as arguments or in a file (--file), one of the two")
     ids, requests = read_requests(file) if file is not None else ([None] * len(request), list(request))

@@ -4,9 +4,9 @@ The bank's format of record stays the PEFT directory of each shard. The first ti
 machine, this engine writes the base GGUF with the shard's update merged into its weights
 (:func:`skillbank.model.llamacpp.merge_lora`; ~0.5 s once the base is re-encoded) under
 ``<cache root>/llamacpp/merged/<key>-<encoding>.gguf``, and plans with it as its own llama.cpp model. The encoding
-follows the rows a pass decodes (:func:`~skillbank.model.llamacpp.encoding_for`): one row with every matrix Q8_0
-(~145 MB for the embedded base), a batch with every matrix BF16 (~270 MB) where the CPU has BF16 dot products,
-whose kernels batch ~1.4-1.7x faster; a shard planned both ways is loaded twice. A merged model decodes
+follows the rows a pass decodes, as timed on this machine (:func:`~skillbank.model.llamacpp.encoding_for`): every
+matrix Q8_0 (~145 MB for the embedded base) or BF16 (~270 MB; on CPUs with BF16 dot products its kernels batched
+~1.4-1.7x faster, on AVX2 ones slower); a shard planned both ways is loaded twice. A merged model decodes
 at about the bare base's speed, where llama.cpp's runtime LoRA adds two products per adapted weight and token
 (16-24% of a decode step here: ``scripts/llamacpp_lora_overhead.py``). The key hashes the shard's recorded adapter file digests, the base digest and the
 converter version - so a relearned shard, another base or a newer converter never reads a stale file, and a
@@ -114,9 +114,9 @@ class LlamaCppExecution:
                  merged_resident: int = MERGED_RESIDENT):
         from skillbank.model.constrain import GrammarCache
         from skillbank.model.light_tokenizer import LightTokenizer
-        from skillbank.model.threads import ThreadsProbe
+        from skillbank.model.encoding_choice import forced_encoding
+        from skillbank.model.threads import default_threads
 
-        probe = None if threads else ThreadsProbe()  # samples the machine's load while the rest starts up
         manifest = manifest_of()
         problem = llamacpp_problem(manifest)
         if problem:
@@ -127,15 +127,15 @@ class LlamaCppExecution:
         self.gguf = embedded_gguf_path()
         self.shape, self.n_vocab = read_shape(self.gguf)
         self.merge = merge
-        encoding_for(1)  # a bad $SKILLBANK_LLAMACPP_ENCODING fails the open, not a plan
+        self.threads = threads or default_threads()
+        forced_encoding()  # a bad $SKILLBANK_LLAMACPP_ENCODING fails the open, not a plan
         self._base: LlamaCppDecoder | None = None  # the base with runtime adapters (merge=False)
         self.stops = set(stop_token_ids(self.tokenizer))
         self.grammars_compiled = GrammarCache(self.tokenizer, self.stops, self.n_vocab)
-        self.threads = threads or probe.threads()
         self.max_resident = max_resident
         self.merged_resident = merged_resident  # a service with many hot shards keeps more loaded
         # (shard, encoding) -> the file stem of what serves it, least recently used first. A shard may be loaded
-        # twice: Q8_0 for one row a pass, BF16 for batches (model.llamacpp.encoding_for).
+        # twice where this machine's timing chose another encoding for batches (model.llamacpp.encoding_for).
         self.loaded: OrderedDict[tuple[str, str], str] = OrderedDict()
         self.merged: dict[tuple[str, str], LlamaCppDecoder] = {}  # its loaded merged models (merge=True)
         self.reference_shards: dict[str, str] = {}  # shard -> why the reference engine serves it
@@ -188,7 +188,7 @@ class LlamaCppExecution:
     def encoding(self, rows: int) -> str:
         """The encoding of the model that decodes ``rows`` rows of a shard a pass (:func:`encoding_for`); the
         runtime-adapter route has one base model, Q8_0."""
-        return encoding_for(rows) if self.merge else "q8_0"
+        return encoding_for(rows, self.threads) if self.merge else "q8_0"
 
     def _stem(self, key: str, encoding: str) -> str:
         """The cached file's name (less ``.gguf``) of a shard whose adapter key is ``key``, in ``encoding``."""

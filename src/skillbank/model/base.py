@@ -54,8 +54,8 @@ class BaseModelConfig:
         or a local directory holding a causal LM (config.json + weights + tokenizer files).
     dtype: ``"float32"``, ``"bfloat16"``, ``"float16"`` (the weights' dtype in memory) or ``"auto"``:
         bfloat16 where the device multiplies bfloat16 natively (:func:`bf16_is_fast`), else float32.
-    threads: torch intra-op threads; None = the cores other processes leave free (sampled for 0.25 s),
-        at least 1 and at most 8 (:func:`default_threads`).
+    threads: torch intra-op threads; None = ``$SKILLBANK_THREADS`` / ``$OMP_NUM_THREADS`` where set, else the
+        physical cores this process may use, at most 8 (:func:`default_threads`).
     cache_dir: cache root for converted models; None = ``$SKILLBANK_CACHE`` or ``~/.cache/skillbank``.
     device: ``"auto"`` (CUDA when available, else CPU; under ``accelerate launch`` this process's GPU),
         ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.

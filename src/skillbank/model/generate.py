@@ -58,10 +58,11 @@ class GenerationStats:
 
 
 def report_progress(finished: int, total: int, tokens: int, t0: float) -> None:
-    """The one-line generation progress every decoder prints to stderr (outputs done, tokens/s, seconds), redrawn
-    in place; the caller ends it with a newline."""
+    """The one-line generation progress every decoder prints to stderr (outputs done, tokens/s, seconds, and the
+    time left at this pace), redrawn in place; the caller ends it with a newline."""
     elapsed = max(time.perf_counter() - t0, 1e-9)
-    print(f"\rgenerate {finished}/{total}  {tokens / elapsed:.1f} tok/s  {elapsed:.0f}s elapsed", end="",
+    left = f"  ~{elapsed / finished * (total - finished):.0f}s left" if 0 < finished < total else ""
+    print(f"\rgenerate {finished}/{total}  {tokens / elapsed:.1f} tok/s  {elapsed:.0f}s elapsed{left}", end="",
           file=sys.stderr, flush=True)
 
 

@@ -1,47 +1,71 @@
-"""How many threads a process that was not told should compute with (torch and llama.cpp alike); no torch here."""
+"""How many threads a process that was not told should compute with (torch and llama.cpp alike); no torch here.
+
+The rule is the machine's physical cores this process may run on, at most 8, unless told otherwise
+(``--threads``, ``$SKILLBANK_THREADS``, or ``$OMP_NUM_THREADS``, which torch and llama.cpp users already set).
+An earlier rule sampled the machine's load for a quarter of a second when a model loaded and kept what it
+saw for the whole job: a short job of another program at that moment left an hour-long demo on one of two
+cores (issue 66). Hyper-threads are not counted: two torch threads on one core's two hyper-threads wait on
+each other at every operation and run no faster than one.
+"""
 from __future__ import annotations
 
 import os
-import time
+
+MAX_THREADS = 8  # past this a 135M model's operations are too small to share out (torch and llama.cpp alike)
+ENV = "SKILLBANK_THREADS"
 
 
-class ThreadsProbe:
-    """Samples how many cores other processes keep busy, from when it is made to :meth:`threads`.
+def usable_cores() -> tuple[int, int]:
+    """(physical, logical) cores this process may run on: the CPU affinity mask (a container's or taskset's
+    limit) and, where psutil can read the topology, its share of physical cores."""
+    try:
+        logical = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        logical = os.cpu_count() or 1
+    physical = logical
+    try:
+        import psutil
 
-    Torch's threads wait for each other at every operation, so a thread that shares its core with another
-    busy process stalls all of them: on a 2-core machine a 2-thread process next to one other job ran 5-10x
-    slower than with 1 thread (training and generation alike). The sample is system-wide CPU use minus this
-    process's own (psutil, a dependency of accelerate), not the load average, which lags a finished job by
-    minutes. Made before other start-up work, the sample runs during it and :meth:`threads` need not wait."""
+        total_logical, total_physical = psutil.cpu_count(logical=True), psutil.cpu_count(logical=False)
+        if total_logical and total_physical and total_physical < total_logical:
+            per_core = total_logical // total_physical  # hyper-threads per core
+            physical = max(1, logical // per_core)
+    except Exception:  # noqa: BLE001 - no psutil or no topology here: count each logical CPU as a core
+        pass
+    return physical, logical
 
-    def __init__(self):
-        self.started = time.perf_counter()
+
+def told_threads() -> tuple[int, str] | None:
+    """The thread count the environment sets, and which variable set it (None: neither is set)."""
+    for name in (ENV, "OMP_NUM_THREADS"):
+        raw = os.environ.get(name, "").strip()
+        if not raw:
+            continue
         try:
-            import psutil
-
-            self._me = psutil.Process()
-            psutil.cpu_percent(None), self._me.cpu_percent(None)  # start both counters
-        except Exception:  # noqa: BLE001 - no psutil / no counters on this platform: assume an idle machine
-            self._me = None
-
-    def threads(self, window_s: float = 0.25) -> int:
-        """Intra-op threads: the cores other work is not using, capped at 8, over a sample of at least
-        ``window_s`` (waiting only for what is left of it)."""
-        cores = os.cpu_count() or 1
-        busy = 0.0
-        if self._me is not None:
-            left = window_s - (time.perf_counter() - self.started)
-            if left > 0:
-                time.sleep(left)
-            try:
-                import psutil
-
-                busy = psutil.cpu_percent(None) / 100 * cores - self._me.cpu_percent(None) / 100
-            except Exception:  # noqa: BLE001 - counters gone: assume an idle machine
-                busy = 0.0
-        return max(1, min(cores - int(busy + 0.5), 8))
+            n = int(raw)
+        except ValueError:
+            raise ValueError(f"${name}={raw!r}: expected a positive whole number of threads") from None
+        if n < 1:
+            raise ValueError(f"${name}={raw!r}: expected a positive whole number of threads")
+        return n, name
+    return None
 
 
-def default_threads(window_s: float = 0.25) -> int:
-    """Intra-op threads for a process that was not told (:class:`ThreadsProbe` sampled over ``window_s``)."""
-    return ThreadsProbe().threads(window_s)
+def default_threads() -> int:
+    """Intra-op threads for a process that was not told by its caller: ``$SKILLBANK_THREADS`` or
+    ``$OMP_NUM_THREADS`` where set, else the physical cores it may use, at most :data:`MAX_THREADS`."""
+    told = told_threads()
+    if told is not None:
+        return told[0]
+    return max(1, min(usable_cores()[0], MAX_THREADS))
+
+
+def threads_reason(threads: int | None = None) -> str:
+    """Why a process computes with the threads it does, for `skillbank doctor` and progress lines."""
+    if threads:
+        return f"{threads} (--threads)"
+    told = told_threads()
+    if told is not None:
+        return f"{told[0]} (${told[1]})"
+    physical, logical = usable_cores()
+    return f"{default_threads()} (physical cores: {physical} of {logical} logical CPUs usable, at most {MAX_THREADS})"

@@ -403,8 +403,9 @@ def fit(base: LoadedBase, examples: Sequence[Example], cfg, *, adapter: str, act
     bar = None
     if progress and accelerator.is_main_process:
         from tqdm.auto import tqdm
-        bar = tqdm(total=total_steps, initial=step, desc=desc or f"train {adapter}", unit="step", file=sys.stderr,
-                   dynamic_ncols=True, leave=True)
+        # the thread count in the bar: a job that crawls on one core of several says so at a glance
+        bar = tqdm(total=total_steps, initial=step, desc=f"{desc or f'train {adapter}'} [{torch.get_num_threads()} threads]",
+                   unit="step", file=sys.stderr, dynamic_ncols=True, leave=True)
     t0 = time.perf_counter() - done_seconds
     peft_model.train()
     restore_attention = set_attention(lm, attention)  # undone in the finally below

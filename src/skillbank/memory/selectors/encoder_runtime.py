@@ -185,9 +185,11 @@ class OnnxEncoder:
         meta = json.loads((folder / "encoder.json").read_text())
         self.digest = meta["digest"]
         options = ort.SessionOptions()
-        threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
-        if threads > 0:
-            options.intra_op_num_threads = threads
+        from skillbank.model.threads import told_threads
+
+        told = told_threads()  # --threads / $SKILLBANK_THREADS / $OMP_NUM_THREADS; else onnxruntime's own choice
+        if told is not None:
+            options.intra_op_num_threads = told[0]
         #: "saved": the graph optimized by an earlier session was loaded; "optimized": this one optimized it
         self.session, self.graph = _session(ort, folder / "model.onnx", options)
         self.tokenizer = Tokenizer.from_file(str(where / "tokenizer.json"))
