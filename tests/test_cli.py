@@ -132,9 +132,9 @@ def test_top_level_lists_the_banks_verbs_and_one_exp_group():
     import typer.main
     root = typer.main.get_command(app)
     shown = [name for name, c in root.commands.items() if not c.hidden]
-    assert len(shown) <= 16, shown
+    assert len(shown) <= 17, shown
     assert {"create", "learn", "validate", "plan", "info", "skills", "forget", "relearn", "export", "import",
-            "serve", "score", "demo", "exp"} <= set(shown)
+            "serve", "score", "demo", "doctor", "exp"} <= set(shown)
     assert set(root.commands["exp"].commands) >= {"run", "sweep", "report", "progress", "selectors", "route-scale",
                                                   "route-eval", "decoding", "diagnose", "reactivate", "scope", "stream"}
     assert set(root.commands["export"].commands) == {"family", "vllm"}

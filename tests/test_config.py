@@ -93,12 +93,12 @@ def test_the_llama_cpp_encoding_is_resolved_once_and_kept_when_a_run_resumes(tmp
     from skillbank.continual.runner import _check_config
 
     monkeypatch.setattr(RunConfig, "eval_engine", lambda self: "llama.cpp")
-    monkeypatch.setattr(llamacpp, "encoding_for", lambda rows: "q8_0")
+    monkeypatch.setattr(llamacpp, "encoding_for", lambda rows, threads=None: "q8_0")
     cfg = RunConfig.from_dict({})
     assert cfg.resolved()["eval"]["llamacpp_encoding"] == "q8_0"
     _check_config(tmp_path, cfg)  # the run starts on a machine without BF16 kernels
 
-    monkeypatch.setattr(llamacpp, "encoding_for", lambda rows: "bf16")  # resumed on one with them
+    monkeypatch.setattr(llamacpp, "encoding_for", lambda rows, threads=None: "bf16")  # resumed on one with them
     assert cfg.resolved()["eval"]["llamacpp_encoding"] == "bf16"
     _check_config(tmp_path, cfg)
     saved = json.loads((tmp_path / "config.json").read_text())

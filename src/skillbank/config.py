@@ -112,8 +112,8 @@ class EvalSettings(_Strict):
         "torch. Resolved when the run starts and saved with it: part of a run's identity"))
     llamacpp_encoding: Literal["auto", "q8_0", "bf16"] = Field("auto", description=(
         "how the llama.cpp engine stores the merged models it evaluates with (skillbank.model.llamacpp.encoding_for):"
-        " auto, the batched encoding of this machine (BF16 where llama.cpp has the CPU's BF16 dot products, else "
-        "Q8_0), resolved when the run starts, saved with it and kept when it is resumed, on any machine (the two "
+        " auto, the batched encoding of this machine (the one timed fastest at 16 rows a pass here, Q8_0 or BF16), "
+        "resolved when the run starts, saved with it and kept when it is resumed, on any machine (the two "
         "round differently: a run never mixes them; naming another for a started run is refused); q8_0 or bf16 to "
         "choose. Unused by the torch engine"))
     extra_sets: list[str] = Field(default_factory=list, description=(
@@ -232,7 +232,7 @@ class RunConfig(_Strict):
             return self.eval.llamacpp_encoding
         from skillbank.model.llamacpp import encoding_for
 
-        return encoding_for(16)
+        return encoding_for(16, self.base.threads)
 
     def eval_engine(self) -> str:
         """``[eval] engine`` resolved for this machine: "llama.cpp" or "torch" (``skillbank.continual.engines``).

@@ -20,7 +20,7 @@ import sys
 
 import typer
 
-from skillbank.cli import bank, exp_routing, exp_runs, exp_studies, learn, plan, serve, stream
+from skillbank.cli import bank, doctor, exp_routing, exp_runs, exp_studies, learn, plan, serve, stream
 from skillbank.cli.common import deprecated
 
 HELP = "Continual skill internalization: a skill bank of frozen LoRA executors and an Address Memory that routes."
@@ -67,6 +67,7 @@ app.add_typer(scope_app, name="scope")
 app.command()(serve.serve)
 app.command()(plan.score)
 app.command()(exp_runs.demo)
+app.command()(doctor.doctor)
 
 # -- the lab --------------------------------------------------------------------------------------
 exp_app = _group("Research: continual-learning runs, sweeps, routing, decoding and scope studies, streams.")

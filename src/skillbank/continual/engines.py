@@ -70,7 +70,7 @@ class LlamaCppOutputs:
         # The harness decodes its prompts in batches: merged in the batched encoding (model.llamacpp.encoding_for)
         # unless the run recorded another ([eval] llamacpp_encoding). Part of the outputs' cache key, but for Q8_0,
         # which keeps the key of the runs before BF16 was an option.
-        self.encoding = encoding_for(16) if encoding == "auto" else encoding
+        self.encoding = encoding_for(16, threads) if encoding == "auto" else encoding
         if self.encoding not in ENCODINGS:
             raise ConfigError(f"llama.cpp encoding {encoding!r}: expected auto or one of {list(ENCODINGS)}")
         self.key = f"engine:llama.cpp-v{CONVERTER_VERSION}" + ("" if self.encoding == "q8_0" else f"-{self.encoding}")

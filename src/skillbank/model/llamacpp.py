@@ -19,7 +19,8 @@ What this module does:
   every quantized matrix stored as Q8_0 or BF16 (:data:`ENCODINGS`), a whole model per shard that decodes at
   least at the bare base's speed (what the engine plans with by default): llama.cpp multiplies batches by Q8_0
   weights with tiled kernels, by the shipped Q4_1 ones row by row, and by BF16 ones with the CPU's BF16 dot
-  products where it has them (:func:`encoding_for`).
+  products where it has them; which encoding serves which batch width is timed on each machine
+  (:func:`encoding_for`).
 - :class:`LlamaCppDecoder` holds the model, one context and the loaded adapters, and decodes greedily - one
   request (reusing the KV cache of the head its prompt shares with the previous one) or a shard's requests
   together (rows advancing in one forward pass, their common head shared) -, each step's logits masked by
@@ -85,25 +86,20 @@ def cpu_features() -> str:
     return _library().llama_print_system_info().decode(errors="replace")
 
 
-def encoding_for(rows: int) -> str:
-    """The encoding of the merged model that decodes ``rows`` rows of a shard in each pass. One row: Q8_0, half
-    BF16's bytes to read a pass. Two or more: BF16 where llama.cpp has the CPU's BF16 dot products
-    (``AVX512_BF16 = 1`` in :func:`cpu_features`; without them it converts BF16 to float32 in the inner loop,
-    slower than Q8_0's integer kernels), else Q8_0. Measured on this AVX512-BF16 CPU
-    (``scripts/llamacpp_encodings.py --widths 1,2,4,8,16``): BF16 0.80x Q8_0's tokens/s at one row, 1.40x at two,
-    1.69x at four. ``$SKILLBANK_LLAMACPP_ENCODING`` (``q8_0`` or ``bf16``; ``auto`` or unset: this rule) fixes
-    one encoding for every width."""
-    forced = os.environ.get("SKILLBANK_LLAMACPP_ENCODING", "").strip().lower()
-    if forced in ENCODINGS:
+def encoding_for(rows: int, threads: int | None = None) -> str:
+    """The encoding of the merged model that decodes ``rows`` rows of a shard in each pass, as timed on this
+    machine (:mod:`skillbank.model.encoding_choice`: once per CPU, llama.cpp version and thread count, cached).
+    ``$SKILLBANK_LLAMACPP_ENCODING`` (``q8_0`` or ``bf16``; ``auto`` or unset: the measured choice) fixes one
+    encoding for every width, with a warning where this CPU measured another one clearly faster."""
+    from skillbank.model.encoding_choice import forced_encoding, measured_choice, warn_if_slower
+    from skillbank.model.threads import default_threads
+
+    threads = threads or default_threads()
+    forced = forced_encoding()
+    if forced is not None:
+        warn_if_slower(forced, threads)
         return forced
-    if forced not in ("", "auto"):
-        raise ModelError(f"SKILLBANK_LLAMACPP_ENCODING={forced!r}: expected auto or one of {list(ENCODINGS)}")
-    return "bf16" if rows > 1 and _bf16_kernels() else "q8_0"
-
-
-@functools.lru_cache(maxsize=1)
-def _bf16_kernels() -> bool:
-    return re.search(r"\bAVX512_BF16 = 1\b", cpu_features()) is not None
+    return measured_choice(threads).for_rows(rows)
 
 
 def base_problem(base_name: str) -> str | None:
