@@ -343,12 +343,12 @@ def test_a_bad_start_is_refused_before_training(tmp_path, base, small_stream, mo
         assert bank.shard_names == [k1] and bank_info(tmp_path / "bank")["orphans"] == []
 
     refused(r"init must be one of fresh, neutral, previous, nearest, merge, shard:NAME, got 'warm'", init="warm")
-    refused(r"cannot start from shard 'nope': the bank has no such shard; it has \[", init="shard:nope")
-    refused(rf"cannot start from shard '{k1}': its LoRA has another shape .*rank 16 there, 8 here",
+    refused(r"cannot start from shard 'nope': the bank has no such shard \(shards it can start from: \["
+            rf"'{k1}'\]; or init 'fresh' or 'neutral'\)", init="shard:nope")
+    refused(rf"cannot start from shard '{k1}': its LoRA adapts other weights .*target modules .* \(no shard of "
+            "this bank fits the recipe; or init",
             TrainConfig(**{**CFG.to_dict(), "rank": 8, "target_modules": ("q_proj", "v_proj")}))
-    refused(rf"cannot start from shard '{k1}': its LoRA has another shape .*target modules",
-            TrainConfig(**{**CFG.to_dict(), "target_modules": ("q_proj", "v_proj")}))
-    refused(rf"cannot start from shard '{k1}': its LoRA has another shape .*layers None there, \[0\] here",
+    refused(rf"cannot start from shard '{k1}': its LoRA adapts other weights .*layers None there, \[0\] here",
             TrainConfig(**{**CFG.to_dict(), "layers_to_transform": (0,)}))
     config = json.loads((shard / "adapter_config.json").read_text())
     weights_file = (shard / "adapter_model.safetensors").read_bytes()
@@ -368,6 +368,41 @@ def test_a_bad_start_is_refused_before_training(tmp_path, base, small_stream, mo
     import shutil
     shutil.rmtree(shard)
     refused(rf"cannot start from shard '{k1}': shard '{k1}' is missing its directory")
+
+
+def test_learning_into_a_bank_of_other_recipes_builds_on_what_fits(tmp_path, base, other_base, small_stream,
+                                                                   spy_fit):
+    """A bank's shards may have been trained with another recipe (the demo's: rank 64; `learn`'s: rank 16). The
+    choosing starts build on the shards whose LoRA adapts the same weights, cut to the recipe's rank by SVD, skip
+    the others and say so, and start fresh where none fits; an explicit start that cannot be names the ones
+    that can."""
+    from skillbank.memory.lineage import start_text
+
+    k1, k2, k3, k4, k5 = small_stream.family_keys[:5]
+    bank = SkillBank.create(tmp_path / "bank", base=base)
+    wide = TrainConfig(**{**CFG.to_dict(), "rank": 8})
+    qv = TrainConfig(**{**CFG.to_dict(), "target_modules": ("q_proj", "v_proj")})
+    learn(bank, small_stream, k1, wide)
+    learn(bank, small_stream, k2, wide)
+    learn(bank, small_stream, k3, qv)
+    entry = learn(bank, small_stream, k4, CFG, init="merge")  # the recipe: rank 16 on q, k, v, o
+    assert entry.lineage["init"] == "merge" and sorted(entry.lineage["from"]) == sorted([k1, k2])
+    assert entry.lineage["cut"] == "rank 8 -> 16" and list(entry.lineage["skipped"]) == [k3]
+    assert "its LoRA adapts other weights" in entry.lineage["skipped"][k3]
+    text = start_text(entry.lineage)
+    assert "cut from rank 8 -> 16 by SVD" in text and f"1 shard(s) skipped ({k3}: its LoRA adapts" in text
+    assert spy_fit[k4] and any(float(v.abs().sum()) > 0 for k, v in spy_fit[k4].items() if ".lora_B." in k)
+    one = learn(bank, small_stream, k5, CFG, init=f"shard:{k1}")  # a single start of another rank: cut too
+    assert one.lineage["from"] == k1 and one.lineage["cut"] == "rank 8 -> 16" and one.lineage["by"] == "name"
+    # the components a rank-8 start leaves empty start as a fresh LoRA's (A initialised, B zero): all can learn
+    assert all(float(v.abs().sum(dim=1).min()) > 0 for k, v in spy_fit[k5].items() if ".lora_A." in k)
+    assert bank.descendants(k1) == [k4, k5]
+    # nothing fits: fresh, and why
+    alone = SkillBank.create(tmp_path / "alone", base=other_base)
+    learn(alone, small_stream, k3, qv)
+    first = learn(alone, small_stream, k1, CFG, init="merge")
+    assert first.lineage["init"] == "fresh" and k3 in first.lineage["skipped"]
+    assert start_text(first.lineage).startswith(f"fresh (no shard to build on; 1 shard(s) skipped ({k3}:")
 
 
 def test_copy_lora_needs_the_same_shape(base):

@@ -99,40 +99,54 @@ def lineage_of(entry, shards: Sequence) -> dict:
     return lineage
 
 
-def check_start(name: str, directory: Path, entry, cfg, base_name: str) -> None:
-    """Refuse, before any training, a start shard whose files are missing or modified, whose weights cannot be
-    read, whose adapter names another base model, or whose LoRA has another shape (rank, target modules, layers)
-    than the recipe ``cfg`` of the shard to train."""
+def _lora_shape(config: dict) -> dict:
+    layers = config.get("layers_to_transform")
+    return {"rank": config.get("r"), "target modules": sorted(config.get("target_modules") or []),
+            "layers": sorted([layers] if isinstance(layers, int) else layers) if layers else None}
+
+
+def _recipe_shape(cfg) -> dict:
+    return {"rank": cfg.rank, "target modules": sorted(cfg.target_modules),
+            "layers": sorted(cfg.layers_to_transform) if cfg.layers_to_transform else None}
+
+
+def start_problem(name: str, directory: Path, entry, cfg, base_name: str) -> tuple[str | None, int | None]:
+    """(why shard ``name`` cannot be a start for a shard of recipe ``cfg``, or None; its LoRA rank). Its files must
+    be whole and readable, its adapter trained on this bank's base, on the recipe's target modules and layers.
+    The rank may differ: such a start is cut to the recipe's rank by SVD (:class:`MergedStart`)."""
     from skillbank.memory.execution import peft_base_name
-    what = f"cannot start from shard {name!r}"
     problems = shard_file_problems(name, directory, getattr(entry, "digests", None) or {})
     if problems:
-        raise BankError(f"{what}: {problems[0]}")
+        return problems[0], None
     try:
         config = json.loads((directory / "adapter_config.json").read_text())
         from safetensors.torch import load_file
         load_file(str(directory / WEIGHTS))
     except Exception as exc:  # noqa: BLE001 - any unreadable file is this one error, naming the shard
-        raise BankError(f"{what}: its adapter in {directory} is unreadable ({exc.__class__.__name__}: {exc})") from None
+        return f"its adapter in {directory} is unreadable ({exc.__class__.__name__}: {exc})", None
     theirs = config.get("base_model_name_or_path")
     if theirs not in (peft_base_name(base_name), base_name):
-        raise BankError(f"{what}: its adapter was trained on base model {theirs!r}, this bank's base is {base_name!r}")
-    mine = {"rank": cfg.rank, "target modules": sorted(cfg.target_modules),
-            "layers": sorted(cfg.layers_to_transform) if cfg.layers_to_transform else None}
-    layers = config.get("layers_to_transform")
-    start = {"rank": config.get("r"), "target modules": sorted(config.get("target_modules") or []),
-             "layers": sorted([layers] if isinstance(layers, int) else layers) if layers else None}
-    differ = [k for k in mine if mine[k] != start[k]]
+        return f"its adapter was trained on base model {theirs!r}, this bank's base is {base_name!r}", None
+    mine, start = _recipe_shape(cfg), _lora_shape(config)
+    differ = [k for k in ("target modules", "layers") if mine[k] != start[k]]
     if differ:
-        raise BankError(f"{what}: its LoRA has another shape than the new shard's recipe ("
-                        + "; ".join(f"{k} {start[k]} there, {mine[k]} here" for k in differ)
-                        + "); its weights cannot be copied")
+        return ("its LoRA adapts other weights than the new shard's recipe ("
+                + "; ".join(f"{k} {start[k]} there, {mine[k]} here" for k in differ) + ")"), start["rank"]
+    return None, start["rank"]
+
+
+def check_start(name: str, directory: Path, entry, cfg, base_name: str) -> int:
+    """:func:`start_problem` as a :class:`BankError` naming the shard; else the start's LoRA rank."""
+    problem, rank = start_problem(name, directory, entry, cfg, base_name)
+    if problem:
+        raise BankError(f"cannot start from shard {name!r}: {problem}")
+    return rank
 
 
 def resolve_start(bank, family: str, init: str, requests: Sequence[str], cfg, *, replacing: bool = False,
-                  exclude: Sequence[str] = (), progress: bool = True) -> tuple[str | Path | None, dict]:
+                  exclude: Sequence[str] = (), progress: bool = True) -> tuple[str | Path | MergedStart | None, dict]:
     """Where ``family``'s new executor starts in ``bank``: (the start shard's name, the neutral start's adapter
-    directory, or None; its lineage record).
+    directory, a :class:`MergedStart`, or None; its lineage record).
 
     fresh: a new LoRA. neutral: the family-neutral start for the bank's base and the recipe ``cfg`` (trained
     now if this machine has not built it: :func:`~skillbank.memory.neutral.ensure_neutral_start`). previous: the last shard in the manifest's order (the most recently added family).
@@ -141,9 +155,14 @@ def resolve_start(bank, family: str, init: str, requests: Sequence[str], cfg, *,
     family's requests are needed. merge: the :data:`MERGE_K` shards to which the Address Memory gives most of
     ``requests``' probability, weighted by it (a :class:`MergedStart`; with one candidate, a start from that
     shard). shard:NAME: that shard. previous, nearest and merge in a bank with no other shard start fresh.
-    replacing: ``family`` is being relearned, so its own current shard is no candidate. The start is checked
-    (:func:`check_start`) here, before anything is trained. exclude: shards forgotten in the same publish (no
-    candidates either)."""
+
+    A bank's shards may have been trained with other recipes (the demo's are rank 64, `learn`'s recipe rank 16).
+    The rules that choose (previous, nearest, merge) choose only among shards the recipe can build on
+    (:func:`start_problem`; the others are named in the lineage's ``skipped``), and start fresh where none is
+    left; a start of another rank is cut to the recipe's by SVD (``"cut"`` in the lineage). An explicit
+    shard:NAME that cannot be a start is an error naming the shards that can.
+    replacing: ``family`` is being relearned, so its own current shard is no candidate. exclude: shards
+    forgotten in the same publish (no candidates either)."""
     rule, name = parse_init(init)
     if rule == "neutral":
         from skillbank.memory.neutral import ensure_neutral_start
@@ -152,12 +171,15 @@ def resolve_start(bank, family: str, init: str, requests: Sequence[str], cfg, *,
                   if not (replacing and e.name == family) and e.name not in exclude]
     if rule == "fresh" or (rule in EARLIER_SHARD_RULES and not candidates):
         return None, fresh()
-    extra: dict = {}
-    if rule == "merge":
-        picked = _merge_weights(bank, requests, candidates)
-        if len(picked) > 1:
-            return _merged(bank, picked, candidates, cfg)
-        name = picked[0][0]
+    base_name = bank.manifest.base["name"]
+    entries = {e.name: e for e in candidates}
+    checked: dict[str, tuple[str | None, int | None]] = {}
+
+    def problem(n: str) -> str | None:  # read lazily: a bank of a thousand shards checks the few it considers
+        if n not in checked:
+            checked[n] = start_problem(n, bank.root / entries[n].dir, entries[n], cfg, base_name)
+        return checked[n][0]
+
     if rule == "shard":
         if name == family:
             raise BankError(f"{family!r} cannot start from its own shard; name another (init='shard:NAME'), "
@@ -165,17 +187,36 @@ def resolve_start(bank, family: str, init: str, requests: Sequence[str], cfg, *,
         if name in exclude:
             raise BankError(f"cannot start from shard {name!r}: it descends from {family!r} and is forgotten "
                             "with its old version")
-        if name not in {e.name for e in candidates}:
-            raise BankError(f"cannot start from shard {name!r}: the bank has no such shard; it has "
-                            f"{[e.name for e in candidates]}")
+        why = "the bank has no such shard" if name not in entries else problem(name)
+        if why is not None:
+            usable = [n for n in entries if n != name and problem(n) is None]
+            raise BankError(f"cannot start from shard {name!r}: {why} ("
+                            + (f"shards it can start from: {usable}" if usable else "no shard of this bank fits the "
+                               "recipe") + "; or init 'fresh' or 'neutral')")
+        ranked = [name]
+    elif rule == "merge":
+        ranked, mass = _by_mass(bank, requests, list(entries))
     elif rule == "previous":
-        name = candidates[-1].name
-    elif rule == "nearest":
-        name, extra = _nearest(bank, requests, [e.name for e in candidates])
-    entry = next(e for e in candidates if e.name == name)
-    check_start(name, bank.root / entry.dir, entry, cfg, bank.manifest.base["name"])
-    return name, {"init": "shard", "from": name, "digest": weights_digest(entry),
-                  "by": "name" if rule == "shard" else rule, **extra}
+        ranked = list(entries)[::-1]
+    else:  # nearest
+        ranked, share = _by_votes(bank, requests, list(entries))
+    usable = [n for n in ranked if problem(n) is None][:MERGE_K if rule == "merge" else 1]
+    skipped = {n: checked[n][0] for n in ranked if n in checked and checked[n][0] is not None}
+    extra: dict = {"skipped": skipped} if skipped else {}
+    if not usable:
+        return None, {**fresh(), **extra}
+    if rule == "merge" and len(usable) > 1:
+        return _merged(usable, mass, entries, checked, cfg, extra)
+    name = usable[0]
+    if rule == "nearest":
+        extra["share"] = share[name]
+    lineage = {"init": "shard", "from": name, "digest": weights_digest(entries[name]),
+               "by": "name" if rule == "shard" else rule, **extra}
+    rank = checked[name][1]
+    if rank != cfg.rank:  # copied through the SVD cut that merged starts use, a sum of one
+        lineage["cut"] = f"rank {rank} -> {cfg.rank}"
+        return MergedStart((name,), (1.0,)), lineage
+    return name, lineage
 
 
 def _routing(bank, requests: Sequence[str], candidates: list[str]):
@@ -193,39 +234,52 @@ def _routing(bank, requests: Sequence[str], candidates: list[str]):
     return [classes[c] for c in cols], np.bincount(np.argmax(proba, axis=1), minlength=len(cols)), proba.sum(axis=0)
 
 
-def _nearest(bank, requests: Sequence[str], candidates: list[str]) -> tuple[str, dict]:
+def _by_votes(bank, requests: Sequence[str], candidates: list[str]) -> tuple[list[str], dict[str, float]]:
+    """``candidates`` from the one the Address Memory routes most of ``requests`` to (ties: the larger summed
+    probability, then the earlier shard), and each one's share of the requests."""
     names, votes, mass = _routing(bank, requests, candidates)
-    best = max(range(len(names)), key=lambda j: (votes[j], mass[j], -j))
-    return names[best], {"share": round(float(votes[best]) / len(requests), 4)}
+    order = sorted(range(len(names)), key=lambda j: (-votes[j], -mass[j], j))
+    return [names[j] for j in order], {names[j]: round(float(votes[j]) / len(requests), 4) for j in order}
 
 
-def _merge_weights(bank, requests: Sequence[str], candidates: Sequence) -> list[tuple[str, float]]:
-    """The :data:`MERGE_K` candidates to which the Address Memory gives most of ``requests``' summed
-    probability, with their shares of it (replay-free, as ``nearest``)."""
-    names, _, mass = _routing(bank, requests, [e.name for e in candidates])
-    ranked = sorted(range(len(names)), key=lambda j: -mass[j])[:MERGE_K]
-    total = float(sum(mass[j] for j in ranked)) or 1.0
-    return [(names[j], round(float(mass[j]) / total, 4)) for j in ranked]
+def _by_mass(bank, requests: Sequence[str], candidates: list[str]) -> tuple[list[str], dict[str, float]]:
+    """``candidates`` by the summed probability the Address Memory gives ``requests`` (replay-free, as nearest),
+    and each one's sum."""
+    names, _, mass = _routing(bank, requests, candidates)
+    return [names[j] for j in sorted(range(len(names)), key=lambda j: -mass[j])], dict(zip(names, map(float, mass)))
 
 
-def _merged(bank, picked: list[tuple[str, float]], candidates: Sequence, cfg) -> tuple[MergedStart, dict]:
-    """The merged start of the ``picked`` shards (name, weight), each checked first, and its lineage record."""
-    entries = {e.name: e for e in candidates}
-    for name, _ in picked:
-        check_start(name, bank.root / entries[name].dir, entries[name], cfg, bank.manifest.base["name"])
-    return MergedStart(tuple(n for n, _ in picked), tuple(w for _, w in picked)), {
-        "init": "merge", "from": [n for n, _ in picked], "digests": [weights_digest(entries[n]) for n, _ in picked],
-        "weights": [w for _, w in picked], "by": "merge"}
+def _merged(picked: list[str], mass: dict[str, float], entries: dict, checked: dict, cfg,
+            extra: dict) -> tuple[MergedStart, dict]:
+    """The merged start of the ``picked`` shards (checked already), weighted by their shares of the summed
+    probability the Address Memory gives the new family's requests (``mass``), and its lineage record."""
+    total = sum(mass[n] for n in picked) or 1.0
+    weights = {n: round(mass[n] / total, 4) for n in picked}
+    lineage = {"init": "merge", "from": list(picked), "digests": [weights_digest(entries[n]) for n in picked],
+               "weights": [weights[n] for n in picked], "by": "merge", **extra}
+    ranks = sorted({checked[n][1] for n in picked})
+    if ranks != [cfg.rank]:
+        lineage["cut"] = f"rank {'/'.join(map(str, ranks))} -> {cfg.rank}"
+    return MergedStart(tuple(picked), tuple(weights[n] for n in picked)), lineage
 
 
 def start_text(lineage: dict) -> str:
     """A shard's starting point in words: 'fresh', 'from the neutral start' or 'from NAME (previous)'."""
     if lineage.get("init", "fresh") == "fresh":
-        return "fresh"
+        return "fresh" + (f" (no shard to build on{_skipped_text(lineage)})" if lineage.get("skipped") else "")
     if lineage.get("init") == "neutral":
         return f"from the family-neutral start ({str(lineage.get('digest', ''))[:19]}...)"
     stale = " - since replaced" if lineage.get("start_current") is False else ""
+    cut = f", its LoRA cut from {lineage['cut']} by SVD" if lineage.get("cut") else ""
     if lineage.get("init") == "merge":
         parts = ", ".join(f"{n} {w:.2f}" for n, w in zip(lineage.get("from", []), lineage.get("weights", [])))
-        return f"from a merge of {parts}{stale}"
-    return f"from {lineage.get('from')} ({lineage.get('by', 'name')}{stale})"
+        return f"from a merge of {parts}{cut}{stale}{_skipped_text(lineage)}"
+    return f"from {lineage.get('from')} ({lineage.get('by', 'name')}{stale}){cut}{_skipped_text(lineage)}"
+
+
+def _skipped_text(lineage: dict) -> str:
+    skipped = lineage.get("skipped") or {}
+    if not skipped:
+        return ""
+    first = next(iter(skipped.values()))
+    return f"; {len(skipped)} shard(s) skipped ({', '.join(skipped)}: {first})"

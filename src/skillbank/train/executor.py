@@ -18,6 +18,7 @@ and of every other adapter untouched, and the new adapter is frozen when trainin
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping, Optional, Sequence
@@ -320,17 +321,29 @@ def merge_lora(base: LoadedBase, sources: Sequence[str], weights: Sequence[float
         raise ModelError(f"cannot merge {missing}: no such adapter on the base")
     if target in base.adapter_names:
         raise ModelError(f"an adapter named {target!r} is already loaded")
-    base.peft.add_weighted_adapter(list(sources), [float(w) for w in weights], target, combination_type="svd",
-                                   svd_rank=rank)
+    names, shares = list(sources), [float(w) for w in weights]
+    if len(names) == 1:  # PEFT sums a single adapter linearly, at its own rank: as two halves it takes the SVD path
+        names, shares = names * 2, [shares[0] / 2] * 2
+    base.peft.add_weighted_adapter(names, shares, target, combination_type="svd", svd_rank=rank)
     with torch.no_grad():
         for module in base.peft.modules():
             lora_a, lora_b = getattr(module, "lora_A", None), getattr(module, "lora_B", None)
             if lora_a is None or target not in lora_a:
                 continue
             a, b = lora_a[target].weight, lora_b[target].weight  # [r, in], [out, r]
-            size = b.float().norm(dim=0).clamp_min(1e-12).sqrt()  # sqrt of each component's singular value
+            singular = b.float().norm(dim=0)
+            size = singular.clamp_min(1e-12).sqrt()  # sqrt of each component's singular value
             b.mul_((rank / alpha / size).to(b.dtype))
             a.mul_(size[:, None].to(a.dtype))
+            # Components the sum does not fill (a start of lower rank than the recipe's) would have A and B zero,
+            # and a LoRA component with both zero gets no gradient: they start as a fresh LoRA's do (A as PEFT
+            # initialises it, B zero), so the update is unchanged and all of the rank can learn.
+            empty = singular <= 1e-6 * float(singular.max().clamp_min(1e-30))
+            if bool(empty.any()):
+                fresh_a = torch.empty_like(a)
+                torch.nn.init.kaiming_uniform_(fresh_a, a=math.sqrt(5))
+                a[empty] = fresh_a[empty]
+                b[:, empty] = 0
     freeze_all(base.peft)
 
 
