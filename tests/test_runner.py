@@ -617,3 +617,35 @@ def test_extra_sets_are_checked_before_anything_trains(tmp_path, tiny_model_dir)
         with pytest.raises(ConfigError, match=message):
             run(cfg, tmp_path / "run", progress=False)
         assert not list((tmp_path / "run" / "methods").glob("*/*/stage-01/train.json"))
+
+
+def test_a_run_says_how_long_it_will_take_here_before_it_trains(tmp_path, tiny_model_dir):
+    """skillbank demo's estimate: a few steps of the run's recipe timed on this machine, extrapolated to every
+    stage's tokens and epochs; said once, before the first stage, and not again when the run is resumed."""
+    from skillbank.continual.estimate import TIMED_EXAMPLES, estimate_run
+
+    cfg = tiny_config(tiny_model_dir, ["fsm"], train={"epochs": 2, "batch_size": 4, "rank": 4, "alpha": 8,
+                                                      "target_format": "compact"})
+    stream = build_run_stream(cfg)
+    est = estimate_run(cfg, stream, "torch", "auto")
+    assert est.tokens_per_second > 0 and est.eval_seconds is None and est.threads >= 1
+    assert est.eval_requests == sum(len(stream.test[f]) for f in stream.family_keys)
+    from skillbank.model.base import load_base
+    from skillbank.train.executor import build_examples, common_prefix
+    base = load_base(cfg.base_config(), progress=False)
+    tokens = 0
+    for family in stream.family_keys:  # every stage's examples, two epochs each (no warm_epochs in this recipe)
+        recs = stream.train[family]
+        ex = build_examples(base, recs, cfg.train_config(), common_prefix(sorted({s for r in recs for s in r.graph.tasks})))[0]
+        tokens += 2 * sum(len(e.input_ids) for e in ex)
+    assert est.training_tokens == tokens
+    assert est.training_seconds == pytest.approx(tokens / est.tokens_per_second)
+    assert f"timed from {TIMED_EXAMPLES} training examples" in est.text() and "not priced" in est.text()
+    messages = []
+    run(cfg, tmp_path / "run", say=messages.append, progress=False, estimate=True)
+    assert sum("estimate for this CPU" in m for m in messages) == 1
+    assert messages.index(next(m for m in messages if "estimate" in m)) < \
+        messages.index(next(m for m in messages if "stage 1/" in m))
+    again = []
+    run(cfg, tmp_path / "run", say=again.append, progress=False, estimate=True)
+    assert not any("estimate for this CPU" in m for m in again)

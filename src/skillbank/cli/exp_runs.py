@@ -12,7 +12,7 @@ from skillbank.cli.common import err, friendly_errors, out, pct, threads_option,
 
 def _run(config_path: Path, out_dir: Path, methods: list[str] | None = None, orders: list[str] | None = None,
          restart: bool = False, parallel_stages: int | None = None, report: bool = True,
-         threads: int | None = None, extra_sets: list[Path] | None = None) -> None:
+         threads: int | None = None, extra_sets: list[Path] | None = None, estimate: bool = False) -> None:
     from skillbank.config import RunConfig
     from skillbank.continual.runner import run as run_all
     cfg = RunConfig.from_toml(config_path)
@@ -34,7 +34,8 @@ def _run(config_path: Path, out_dir: Path, methods: list[str] | None = None, ord
     if update:
         cfg = RunConfig.from_dict({**cfg.model_dump(), **{k: (v.model_dump() if hasattr(v, "model_dump") else v)
                                                            for k, v in update.items()}}, where=str(config_path))
-    record = run_all(cfg, out_dir, say=lambda m: err.print(m, highlight=False), restart=restart, report=report)
+    record = run_all(cfg, out_dir, say=lambda m: err.print(m, highlight=False), restart=restart, report=report,
+                     estimate=estimate)
     print_run_summary(record)
     err.print(f"results and report in {out_dir}/ (report.md, report.html)")
 
@@ -223,4 +224,4 @@ def demo(out_dir: Path = typer.Option(Path("runs/demo"), "--out", help="Output d
     """The main job: learn the five built-in families in order O1 with the embedded model and report."""
     from skillbank.config import packaged_config
     use_threads(threads)
-    _run(config or packaged_config("demo"), out_dir, restart=restart, threads=threads)
+    _run(config or packaged_config("demo"), out_dir, restart=restart, threads=threads, estimate=True)

@@ -569,8 +569,12 @@ def run_dir_lock(out: Path):
 
 
 def run(cfg: RunConfig, out_dir: str | Path, *, say: Say | None = None, progress: bool = True,
-        restart: bool = False, report: bool = True, stage_cache: str | Path | None = "default") -> dict:
+        restart: bool = False, report: bool = True, stage_cache: str | Path | None = "default",
+        estimate: bool = False) -> dict:
     """Run every configured method over every configured order; write results and the report.
+
+    estimate: before the first stage of a run that has trained nothing yet, time a few training steps here and
+    say how long the run will take on this machine (:mod:`skillbank.continual.estimate`).
 
     stage_cache: where trainings that several methods share are kept (``<out>/shared-stages`` by
     default; a sweep passes one for all its points; None trains every stage).
@@ -609,6 +613,9 @@ def run(cfg: RunConfig, out_dir: str | Path, *, say: Say | None = None, progress
     else:
         engine = cfg.eval_engine()
         encoding = cfg.eval_encoding(engine)
+    if estimate and say and main and not (out / "methods").exists():
+        from skillbank.continual.estimate import estimate_run
+        say(estimate_run(cfg, stream, engine, encoding).text())
     rc = RunContext(cfg, stream, out, say if main else None, progress, Path(stage_cache) if stage_cache else None,
                     engine, encoding)
     methods: dict[str, dict] = {}

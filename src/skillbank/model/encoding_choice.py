@@ -89,6 +89,11 @@ class EncodingChoice:
         return cls(**d)
 
 
+# x86 flags and ARM features that select llama.cpp's and torch's kernels (AVX-512 and AMX ones by prefix)
+_KERNEL_FLAGS = {"avx", "avx2", "fma", "f16c", "avx_vnni", "asimd", "asimdhp", "asimddp", "fphp", "sve", "sve2", "i8mm",
+                 "bf16", "sme", "sme2"}
+
+
 def cpu_identity() -> str:
     """The CPU as the kernels see it: its model name and the SIMD extensions that decide llama.cpp's kernels
     (x86 flags or ARM features from /proc/cpuinfo; elsewhere platform's processor string)."""
@@ -103,8 +108,7 @@ def cpu_identity() -> str:
         if key in ("model name", "Hardware", "CPU part") and not name.startswith(value.strip()):
             name = value.strip() if key == "model name" else f"{name} {key} {value.strip()}"
         if key in ("flags", "Features") and not flags:
-            wanted = ("avx", "fma", "f16c", "amx", "asimd", "sve", "sme", "i8mm", "bf16", "dotprod", "fphp", "neon")
-            flags = " ".join(sorted(f for f in value.split() if f.startswith(wanted)))
+            flags = " ".join(sorted(f for f in value.split() if f in _KERNEL_FLAGS or f.startswith(("avx512", "amx"))))
     return f"{name.strip()} [{platform.machine()}: {flags}]"
 
 
