@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from skillbank.cli.common import err, friendly_errors, out, threads_option, use_threads
 from skillbank.memory.lineage import DEFAULT_INIT, start_text
@@ -58,6 +59,10 @@ def augment(
     copies: int = typer.Option(0, help="Styled copies added per record on top (more training compute)."),
     seed: int = typer.Option(0, help="Which records and which rewrites."),
     examples: int = typer.Option(3, help="How many before/after pairs to print."),
+    compose: bool = typer.Option(False, "--compose", help="Compose instead of restyling: write the records and "
+                                 "records made from them (values resampled, single steps joined; what `learn "
+                                 "--compose` trains on), to read before you train."),
+    compose_max: Optional[int] = typer.Option(None, min=0, help="With --compose: at most this many new records."),
 ):
     """Restyle training requests the way people type them (case, punctuation, politeness, fillers, connectors,
     shorthand, a typo), keeping every argument value verbatim; feed the output to `learn --data`.
@@ -67,9 +72,22 @@ def augment(
     Measured on the embedded base, training on the output did not help hand-written requests (README)."""
     from skillbank.data.augment import StyleAugment, augment_records
     from skillbank.data.records import read_records, write_records
-    settings = StyleAugment(fraction=fraction, copies=copies, seed=seed)  # bad settings fail before reading
     if out_file.resolve() == data.resolve():
         raise typer.BadParameter("--out must differ from the input (the input would be lost)", param_hint="--out")
+    if compose:
+        from skillbank.data.compose import Compose, compose_records
+        composition = Compose(max_new=compose_max, seed=seed)
+        records = read_records(data).records
+        if not records:
+            raise typer.BadParameter(f"{data} has no records")
+        composed, report = compose_records(records, composition, examples=examples)
+        write_records(out_file, composed)
+        for kind, request in report.examples:
+            out.print(f"[dim]{kind}:[/dim] {escape(request)}", highlight=False, soft_wrap=True)
+        err.print(f"wrote {len(composed)} records to {out_file}: {report.summary()}", markup=False, highlight=False,
+                  soft_wrap=True)
+        return
+    settings = StyleAugment(fraction=fraction, copies=copies, seed=seed)  # bad settings fail before reading
     records = read_records(data).records
     if not records:
         raise typer.BadParameter(f"{data} has no records")
@@ -128,6 +146,12 @@ def learn(
                              "Address Memory gives each; the default: the new shard then descends from them, and "
                              "`forget` of one of them asks about it) or 'shard:NAME' (a copy of that shard's weights; "
                              "same LoRA shape). 'fresh' (the paper's FSM) ties the shard to no other."),
+    compose: bool = typer.Option(False, "--compose/--no-compose", help="Also train the executor on records "
+                                 "composed from these: values resampled across records of the same skill and "
+                                 "argument, single-step requests joined with the connectors and links your "
+                                 "multi-step records show (values stay verbatim; the router reads your records only)."),
+    compose_max: Optional[int] = typer.Option(None, min=0, help="At most this many composed records (default: as "
+                                              "many as the records)."),
     threads: Optional[int] = threads_option(),
 ):
     """Learn a new skill family: train a LoRA on its records only, freeze it, update the Address Memory.
@@ -169,8 +193,12 @@ def learn(
         from skillbank.memory.bank import learn_checkpoint_path
         from skillbank.train.checkpoint import FitCheckpoint
         checkpoint = FitCheckpoint(learn_checkpoint_path(bank, family), every_seconds=60 * checkpoint_minutes)
+    composition = None
+    if compose:
+        from skillbank.data.compose import Compose
+        composition = Compose(max_new=compose_max)
     try:
-        entry = sb.learn(family, v.records, cfg, catalog=cat, checkpoint=checkpoint, init=init)
+        entry = sb.learn(family, v.records, cfg, catalog=cat, checkpoint=checkpoint, init=init, compose=composition)
     except KeyboardInterrupt:
         if checkpoint is not None and checkpoint.path.is_file():
             err.print(f"interrupted: the training so far is in {checkpoint.path}; run the same command again to "
@@ -182,6 +210,9 @@ def learn(
     err.print(f"learned {family}: shard {entry.dir}, {len(entry.skills)} skills, {t['examples']} examples, "
               f"{t['wall_seconds']:.0f} s, {t['tokens_per_second']:.0f} tokens/s, final loss {t['final_loss']:.3f}, "
               f"started {start_text(entry.lineage)}")
+    if t.get("augmentation"):
+        from skillbank.data.compose import summary_text
+        err.print(summary_text(t["augmentation"]), markup=False, highlight=False, soft_wrap=True)
 
 @friendly_errors
 def relearn(

@@ -324,7 +324,8 @@ class SkillBank:
     # -- write -------------------------------------------------------------------------------
     def learn(self, family: str, records: Sequence[Record] | Sequence[dict] | str | Path, train_config=None, *,
               skills: Sequence[str] | None = None, catalog=None, progress: bool = True,
-              pretrained: str | Path | None = None, checkpoint=None, init: str = DEFAULT_INIT) -> ShardEntry:
+              pretrained: str | Path | None = None, checkpoint=None, init: str = DEFAULT_INIT,
+              compose=None) -> ShardEntry:
         """Train a LoRA on ``records`` only, freeze it, append it, update the Address Memory.
 
         records: Record objects (taken as they are: already validated when they were read), or dicts in
@@ -353,6 +354,10 @@ class SkillBank:
             :class:`~skillbank.memory.lineage.MergedStart`) or "shard:NAME"; the weights of the start are copied
             (same LoRA shape required), the training is otherwise the same, and the manifest records the start
             (``lineage``).
+        compose: a :class:`~skillbank.data.compose.Compose`: the executor also trains on records composed from
+            ``records`` (values resampled, single steps joined: :func:`~skillbank.data.compose.compose_records`);
+            the router and the scope gate read the given records only. What was composed is recorded in the
+            training summary (``augmentation``).
         """
         check_family_name(family)
         if family in self.shard_names:
@@ -368,8 +373,14 @@ class SkillBank:
                 raise BankError(f"a pretrained adapter ({pretrained}) was trained elsewhere from a fresh LoRA; "
                                 f"it cannot start from {what} (init='fresh')")
             specs = [catalog.skills[s].to_dict() for s in declared if s in catalog.skills] if catalog else []
+            train_records, augmentation = records, None
+            if compose is not None:
+                from skillbank.data.compose import compose_records
+                train_records, report = compose_records(records, compose)
+                augmentation = {"compose": compose.to_dict(), **report.to_dict()}
             return self._publish_shard(family, records, cfg, declared, specs, progress=progress,
-                                       pretrained=pretrained, checkpoint=checkpoint, start=start, lineage=lineage)
+                                       pretrained=pretrained, checkpoint=checkpoint, start=start, lineage=lineage,
+                                       train_records=train_records, augmentation=augmentation)
 
     def _family_inputs(self, family: str, records, catalog, skills, *, replacing: bool = False):
         """(catalog, records, declared skill ids) of a family to learn, checked: records as Records (files and
@@ -409,7 +420,8 @@ class SkillBank:
     def _publish_shard(self, family: str, records: Sequence[Record] | None, cfg, declared: list[str], specs: list[dict],
                        *, progress: bool = True, pretrained: str | Path | None = None, replace: bool = False,
                        imported: dict | None = None, checkpoint=None, start: str | Path | None = None,
-                       lineage: dict | None = None, drop: Sequence[str] = ()) -> ShardEntry:
+                       lineage: dict | None = None, drop: Sequence[str] = (),
+                       train_records: Sequence[Record] | None = None, augmentation: dict | None = None) -> ShardEntry:
         """Stage a shard (trained on ``records``, loaded from ``pretrained``, or copied by ``imported``), the
         Address Memory with it, then publish both with one atomic manifest write.
 
@@ -419,6 +431,8 @@ class SkillBank:
         start, lineage: the shard the training starts from (a Path: the neutral start's adapter directory; None:
         a fresh LoRA) and the record of it.
         drop: families forgotten in the same publish (a relearn's descendants).
+        train_records: what the executor trains on (default ``records``; composed records added by ``learn``),
+        augmentation: the record of how they were made, kept in the training summary.
         """
         from skillbank.train.executor import common_prefix
         if imported is None:  # the router's statistics too are made after the training
@@ -453,8 +467,11 @@ class SkillBank:
                         raise BankError(f"{pretrained} was trained with another recipe or family prefix than this "
                                         "learn step's; retrain it")
                 else:
-                    summary = self.execution.train_shard(family, records, cfg, family_prefix=prefix, progress=progress,
+                    summary = self.execution.train_shard(family, train_records if train_records is not None else records,
+                                                         cfg, family_prefix=prefix, progress=progress,
                                                          checkpoint=checkpoint, init=start)
+                    if augmentation is not None:
+                        summary["augmentation"] = augmentation
                 self.execution.save_shard(family, staging)
                 (staging / "skills.json").write_text(json.dumps(
                     {"family": family, "skills": declared, "specs": specs}, indent=1, ensure_ascii=False) + "\n")
