@@ -13,7 +13,8 @@ against the number of records.
     .venv/bin/python bench/own_family.py --family home_energy --compose off,on --out results/own-family
     .venv/bin/python bench/own_family.py --family dev_tools --demo-bank runs/demo/methods/fsm/bank
 
-Each variant's plans and figures are written to ``--out`` (JSON) with the command and the CPU.
+Each variant's figures are written to ``--out`` (JSON) with the command and the CPU; ``--rows`` adds every
+request's plan and score.
 """
 from __future__ import annotations
 
@@ -109,7 +110,9 @@ def main() -> None:
     ap.add_argument("--records", default="all", help="comma list of record counts (all: every record)")
     ap.add_argument("--demo-bank", type=Path, default=None, help="also teach it into a copy of this bank (K = 6)")
     ap.add_argument("--into", default="new,demo", help="which banks: new (a new bank), demo (a copy of --demo-bank)")
-    ap.add_argument("--out", type=Path, default=None, help="write the figures and per-request rows here (JSON)")
+    ap.add_argument("--out", type=Path, default=None, help="write the figures here (JSON)")
+    ap.add_argument("--rows", type=Path, default=None, help="also write every request's plan and score here (JSON; "
+                    "keep it under runs/, not results/)")
     args = ap.parse_args()
 
     from skillbank.data.records import read_records
@@ -141,11 +144,13 @@ def main() -> None:
                           f"tool {figures['tool_choice']}, arg F1 {figures['arg_f1']}, kept {figures['kept']}, "
                           f"route {figures['route']}; learn {figures['learn_seconds']} s "
                           f"({figures['train_examples']} examples, loss {figures['final_loss']:.3f})", flush=True)
+    meta = {"command": " ".join(sys.argv), "cpu": cpu_identity(), "date": time.strftime("%Y-%m-%d")}
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"{args.family}.json").write_text(json.dumps(
-            {"command": " ".join(sys.argv), "cpu": cpu_identity(), "date": time.strftime("%Y-%m-%d"),
-             "results": results, "rows": all_rows}, indent=1))
+        (args.out / f"{args.family}.json").write_text(json.dumps({**meta, "results": results}, indent=1))
+    if args.rows:
+        args.rows.parent.mkdir(parents=True, exist_ok=True)
+        args.rows.write_text(json.dumps({**meta, "rows": all_rows}, indent=1))
 
 
 if __name__ == "__main__":
