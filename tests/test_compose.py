@@ -117,3 +117,18 @@ def test_learn_trains_the_executor_on_composed_records_and_records_what_it_made(
     probe = ["read the gas meter", "set the battery to backup mode"]
     assert (bank.address.predict_proba(probe) == plain.address.predict_proba(probe)).all()
     assert "augmentation" not in plain.manifest.shards[0].training
+
+
+def test_augment_compose_writes_the_records_and_what_it_composed(tmp_path):
+    from typer.testing import CliRunner
+
+    from skillbank.cli import app
+
+    out = tmp_path / "composed.jsonl"
+    r = CliRunner().invoke(app, ["augment", str(HOME), "--out", str(out), "--compose", "--compose-max", "10"])
+    assert r.exit_code == 0, r.output
+    written = read_records(out).records
+    assert 85 < len(written) <= 95 and written[:85] == read_records(HOME).records
+    assert "composed" in r.output and "resampled" in r.output
+    bad = CliRunner().invoke(app, ["augment", str(HOME), "--out", str(out), "--compose", "--compose-max", "-1"])
+    assert bad.exit_code == 2

@@ -72,25 +72,23 @@ def augment(
     Measured on the embedded base, training on the output did not help hand-written requests (README)."""
     from skillbank.data.augment import StyleAugment, augment_records
     from skillbank.data.records import read_records, write_records
+    from skillbank.data.compose import Compose, compose_records
     if out_file.resolve() == data.resolve():
         raise typer.BadParameter("--out must differ from the input (the input would be lost)", param_hint="--out")
+    # bad settings fail before reading
+    settings = Compose(max_new=compose_max, seed=seed) if compose else \
+        StyleAugment(fraction=fraction, copies=copies, seed=seed)
+    records = read_records(data).records
+    if not records:
+        raise typer.BadParameter(f"{data} has no records")
     if compose:
-        from skillbank.data.compose import Compose, compose_records
-        composition = Compose(max_new=compose_max, seed=seed)
-        records = read_records(data).records
-        if not records:
-            raise typer.BadParameter(f"{data} has no records")
-        composed, report = compose_records(records, composition, examples=examples)
+        composed, report = compose_records(records, settings, examples=examples)
         write_records(out_file, composed)
         for kind, request in report.examples:
             out.print(f"[dim]{kind}:[/dim] {escape(request)}", highlight=False, soft_wrap=True)
         err.print(f"wrote {len(composed)} records to {out_file}: {report.summary()}", markup=False, highlight=False,
                   soft_wrap=True)
         return
-    settings = StyleAugment(fraction=fraction, copies=copies, seed=seed)  # bad settings fail before reading
-    records = read_records(data).records
-    if not records:
-        raise typer.BadParameter(f"{data} has no records")
     augmented, report = augment_records(records, settings, examples=examples)
     write_records(out_file, augmented)
     for before, after in report.examples:
