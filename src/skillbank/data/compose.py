@@ -32,7 +32,7 @@ from typing import Sequence
 
 from skillbank.data.records import Record
 from skillbank.errors import SkillbankError
-from skillbank.graph import NODE_REF, Argument, Node, TaskGraph, literal_values
+from skillbank.graph import NODE_REF, Argument, TaskGraph, literal_values
 
 #: Connectors looked for in the family's multi-step requests (case-insensitive); only those found are used.
 CONNECTORS = (", then ", " then ", " and then ", ", and ", " and ", " -> ", ", afterwards ", " after that ",

@@ -41,7 +41,8 @@ PROMPT_TOKENS = 16  # each row's prefilled context (a 135M model's pass costs ab
 CLEAR_WIN = 1.10
 FORMAT = 1  # of the cache file: a change makes every machine measure again
 _lock = threading.Lock()
-_said: set[str] = set()
+_said: set[str] = set()  # warnings already given by this process
+_memo: dict[int, "EncodingChoice"] = {}  # the choice per thread count, once read or measured by this process
 
 
 @dataclass
@@ -254,8 +255,6 @@ def measured_choice(threads: int, *, remeasure: bool = False) -> EncodingChoice:
         _memo[threads] = choice
         return choice
 
-
-_memo: dict[int, EncodingChoice] = {}
 
 
 def forced_encoding() -> str | None:
