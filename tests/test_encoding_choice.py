@@ -122,3 +122,24 @@ def test_timing_the_encodings_of_the_embedded_base(tmp_path):
     for rates in choice.tokens_per_s.values():
         assert rates[16] > rates[1] > 0
     assert choice.cpu == ec.cpu_identity() and not choice.failed
+
+
+def test_doctor_shows_the_cpu_threads_and_the_measured_choice(fresh, monkeypatch):
+    import json as json_
+
+    from typer.testing import CliRunner
+
+    from skillbank.cli import app
+    from skillbank.model import llamacpp
+
+    monkeypatch.setattr(llamacpp, "available", lambda: None)
+    monkeypatch.setattr(llamacpp, "cpu_features", lambda: "AVX2 = 1 | FMA = 1 |")
+    r = CliRunner().invoke(app, ["doctor", "--threads", "3", "--json"])
+    assert r.exit_code == 0, r.output
+    report = json_.loads(r.stdout)  # the timing notice goes to stderr
+    assert report["threads"] == 3 and report["threads_why"] == "3 (--threads)" and report["cpu"] == ec.cpu_identity()
+    assert report["encodings"]["chosen"] == {"1": "q8_0", "2": "q8_0", "4": "bf16", "16": "bf16"} and fresh == [3]
+    text = CliRunner().invoke(app, ["doctor", "--threads", "3"]).output
+    assert "16 row(s) a pass: bf16 (bf16 510, q8_0 300 tokens/s)" in text and fresh == [3]  # cached: not timed again
+    monkeypatch.setattr(llamacpp, "available", lambda: "llama-cpp-python is not installed")
+    assert "plans use the torch engine" in CliRunner().invoke(app, ["doctor"]).output
