@@ -7,14 +7,14 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from skillbank.cli.common import friendly_errors
+from skillbank.cli.common import friendly_errors, threads_option
 
 out = Console(soft_wrap=True, highlight=False)
 
 
 @friendly_errors
-def doctor(threads: Optional[int] = typer.Option(None, "--threads", min=1, help="The thread count to report and time "
-                                                 "the encodings for (default: what a command not told would use)."),
+def doctor(threads: Optional[int] = threads_option("The thread count to report and time the encodings for "
+                                                   "(default: what a command not told would use)."),
            remeasure: bool = typer.Option(False, "--remeasure", help="Time llama.cpp's encodings again, even where a "
                                           "choice for this CPU, llama.cpp version and thread count is cached."),
            as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")):

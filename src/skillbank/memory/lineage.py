@@ -135,14 +135,6 @@ def start_problem(name: str, directory: Path, entry, cfg, base_name: str) -> tup
     return None, start["rank"]
 
 
-def check_start(name: str, directory: Path, entry, cfg, base_name: str) -> int:
-    """:func:`start_problem` as a :class:`BankError` naming the shard; else the start's LoRA rank."""
-    problem, rank = start_problem(name, directory, entry, cfg, base_name)
-    if problem:
-        raise BankError(f"cannot start from shard {name!r}: {problem}")
-    return rank
-
-
 def resolve_start(bank, family: str, init: str, requests: Sequence[str], cfg, *, replacing: bool = False,
                   exclude: Sequence[str] = (), progress: bool = True) -> tuple[str | Path | MergedStart | None, dict]:
     """Where ``family``'s new executor starts in ``bank``: (the start shard's name, the neutral start's adapter
