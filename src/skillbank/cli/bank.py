@@ -176,15 +176,59 @@ def import_family(bank: Path = typer.Argument(..., help="The bank to add the fam
 @friendly_errors
 def scope_fit(bank: Path = typer.Argument(..., help="The bank."),
               family: str = typer.Option(..., help="The family whose statistics to add."),
-              data: Path = typer.Option(..., help="The family's training records (JSONL)."),
+              data: Path = typer.Option(..., help="The family's training records (JSONL; lines with \"graph\": null "
+                                        "are negatives)."),
+              negatives: Optional[Path] = typer.Option(None, help="Requests the family must refuse (JSONL, one "
+                                                       "{\"id\", \"family\", \"request\", \"kind\"} per line)."),
+              synthesize: Optional[bool] = typer.Option(None, "--synthesize/--no-synthesize", help="Also write "
+                                                        "negatives from the catalog (default: when fewer than 30 are given)."),
               threads: Optional[int] = threads_option()):
-    """Add a family's scope statistics to a bank learned before out-of-scope detection existed (no training;
-    detection turns on once every family has them)."""
+    """Add a family's scope statistics to a bank learned before out-of-scope detection existed, or refit them
+    (no training; detection turns on once every family has them)."""
+    from skillbank.data.negatives import read_negatives
     from skillbank.data.records import read_records
     from skillbank.memory.bank import SkillBank
     use_threads(threads)
+    rs = read_records(data, family=family)
+    given = rs.negatives + (read_negatives(negatives, family=family) if negatives else [])
     sb = SkillBank.open_offline(bank)
-    sb.fit_scope(family, read_records(data, family=family).records)
+    sb.fit_scope(family, rs.records, given, synthesize)
     missing = sorted(set(sb.shard_names) - set(sb.scope.classes_))
     err.print(f"scope statistics for {family} added; " + (f"still missing: {missing}" if missing else
                                                           "out-of-scope detection is on"))
+
+
+@friendly_errors
+def scope_negatives(bank: Path = typer.Argument(..., help="The bank."),
+                    family: str = typer.Argument(..., help="The family."),
+                    add: Optional[Path] = typer.Option(None, help="Give it these negatives (JSONL, one {\"id\", "
+                                                       "\"family\", \"request\", \"kind\"} per line) without retraining."),
+                    replace: bool = typer.Option(False, help="With --add: they replace the given ones it holds."),
+                    synthesize: Optional[bool] = typer.Option(None, "--synthesize/--no-synthesize", help="With --add: "
+                                                              "synthesize from its catalog too (default: when fewer "
+                                                              "than 30 are given)."),
+                    as_json: bool = typer.Option(False, "--json", help="Print them as JSONL (what --add reads).")):
+    """List the requests a family refuses as its own near misses: those it was given and those synthesized
+    from its catalog (kind, source, request), to read and correct; --add gives it more."""
+    from skillbank.data.negatives import kinds_count
+    from skillbank.memory.bank import SkillBank
+    sb = SkillBank.open_offline(bank)
+    sb._entry(family)  # an unknown family is named with the bank's families
+    if add is not None:
+        held = sb.set_negatives(family, add, synthesize=synthesize, replace=replace)
+        err.print(f"{family} now holds {len(held)} negatives", markup=False, highlight=False)
+    held = list(sb.scope.negatives_.get(family, ())) if sb.scope is not None else []
+    if as_json:
+        for n in held:
+            print(json.dumps(n.to_dict(), ensure_ascii=False))
+        return
+    if not held:
+        err.print(f"{family} has no negatives (learned before they existed, or its bank's scope gate cannot use "
+                  f"them); give some with `skillbank scope negatives {bank} {family} --add NEG.jsonl`, or relearn it",
+                  markup=False, highlight=False, soft_wrap=True)
+        return
+    for n in held:
+        out.print(f"{n.kind:17s} {n.source:11s} {n.request}", markup=False, highlight=False, soft_wrap=True)
+    given = sum(n.source == "given" for n in held)
+    err.print(f"{family}: {given} given, {len(held) - given} synthesized; by kind: "
+              + ", ".join(f"{k} {v}" for k, v in kinds_count(held).items()), markup=False, highlight=False)

@@ -32,14 +32,25 @@ def validate(
                                            "tools/list result (then --family names its one family)."),
     family: Optional[str] = typer.Option(None, help="Every record must belong to this family."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    negatives: Optional[Path] = typer.Option(None, help="A negatives file for `learn --negatives`, checked too."),
 ):
-    """Check a records file the way `learn` does and report every bad line (file:line: reason).
+    """Check a records file the way `learn` does and report every bad line (file:line: reason). Lines with
+    "graph": null are negatives (requests the family must refuse); one identical to a record's request is an error.
 
     Exit code 0 when every line is valid, 1 when some are not, 2 when the file or catalog cannot be read."""
     from skillbank.data.tool_formats import load_catalog
+    from skillbank.data.negatives import read_negatives
     from skillbank.data.records import validate_records
     cat = load_catalog(catalog, family) if catalog else None
     v = validate_records(data, cat, family=family)
+    if negatives is not None:
+        from skillbank.errors import RecordError
+        try:
+            extra = read_negatives(negatives, family=family)
+        except RecordError as exc:
+            v.errors.append(exc)
+        else:
+            _check_against_records(v, extra, negatives)
     if as_json:
         print(json.dumps({"path": v.path, "lines": v.lines, "valid": len(v.records), "ok": v.ok,
                           "errors": [{"line": e.line, "reason": e.reason} for e in v.errors]}, indent=1))
@@ -48,6 +59,20 @@ def validate(
             print(e)
         print(v.summary())
     raise typer.Exit(0 if v.ok else 1)
+
+
+def _check_against_records(v, extra, path: Path) -> None:
+    """Add ``extra`` (a --negatives file's) to the validation ``v``, a negative that repeats a record's request an
+    error naming both files."""
+    from skillbank.data.negatives import normalized
+    from skillbank.errors import RecordError
+    served = {normalized(r.request): r.id for r in v.records}
+    for n in extra:
+        if normalized(n.request) in served:
+            v.errors.append(RecordError(f"negative {n.id} is the request of record {served[normalized(n.request)]} "
+                                        f"of {v.path} (one request cannot be both served and refused)", path))
+        else:
+            v.negatives.append(n)
 
 
 @friendly_errors
@@ -150,6 +175,14 @@ def learn(
                                  "multi-step records show (values stay verbatim; the router reads your records only)."),
     compose_max: Optional[int] = typer.Option(None, min=0, help="At most this many composed records (default: as "
                                               "many as the records)."),
+    negatives: Optional[Path] = typer.Option(None, help="Requests the family must refuse (JSONL, one {\"id\", "
+                                             "\"family\", \"request\", \"kind\"} per line; lines of --data with "
+                                             "\"graph\": null are negatives too): the scope gate refuses what "
+                                             "looks more like them than like the family."),
+    synthesize: Optional[bool] = typer.Option(None, "--synthesize/--no-synthesize", help="Also write negatives "
+                                              "from the catalog and records (actions no skill performs on the "
+                                              "family's objects, ...); default: when fewer than 30 are given. "
+                                              "`skillbank scope negatives BANK FAMILY` lists them."),
     threads: Optional[int] = threads_option(),
 ):
     """Learn a new skill family: train a LoRA on its records only, freeze it, update the Address Memory.
@@ -167,6 +200,9 @@ def learn(
     parse_init(init)  # a typo fails before any model is loaded
     cat = load_catalog(catalog, family) if catalog else None
     v = validate_records(data, cat, family=family)
+    if negatives is not None:
+        from skillbank.data.negatives import read_negatives
+        _check_against_records(v, read_negatives(negatives, family=family), negatives)  # a bad line stops here
     for e in v.errors:
         err.print(f"{'skipped ' if skip_invalid else ''}{e}", markup=False, highlight=False, soft_wrap=True)
     if v.errors and not skip_invalid:
@@ -196,7 +232,8 @@ def learn(
         from skillbank.data.compose import Compose
         composition = Compose(max_new=compose_max)
     try:
-        entry = sb.learn(family, v.records, cfg, catalog=cat, checkpoint=checkpoint, init=init, compose=composition)
+        entry = sb.learn(family, v.records, cfg, catalog=cat, checkpoint=checkpoint, init=init, compose=composition,
+                         negatives=v.negatives, synthesize=synthesize)
     except KeyboardInterrupt:
         if checkpoint is not None and checkpoint.path.is_file():
             err.print(f"interrupted: the training so far is in {checkpoint.path}; run the same command again to "
@@ -211,6 +248,18 @@ def learn(
     if t.get("augmentation"):
         from skillbank.data.compose import summary_text
         err.print(summary_text(t["augmentation"]), markup=False, highlight=False, soft_wrap=True)
+    _say_negatives(sb, family, bank)
+
+
+def _say_negatives(sb, family: str, bank: Path) -> None:
+    held = sb.scope.negatives_.get(family, []) if sb.scope is not None else []
+    if held:
+        from skillbank.data.negatives import kinds_count
+        given = sum(n.source == "given" for n in held)
+        err.print(f"negatives for the scope gate: {given} given, {len(held) - given} synthesized ("
+                  + ", ".join(f"{k} {v}" for k, v in kinds_count(held).items())
+                  + f"); read them with `skillbank scope negatives {bank} {family}`", markup=False, highlight=False,
+                  soft_wrap=True)
 
 @friendly_errors
 def relearn(
@@ -224,6 +273,9 @@ def relearn(
                              "'merge' or 'shard:NAME' (as for `skillbank learn`; never the family's own old shard)."),
     descendants: str = typer.Option("refuse", help="Shards that started from the old version: 'refuse' (stop), "
                                     "'keep' (as they are) or 'forget' (forget them in the same publish)."),
+    negatives: Optional[Path] = typer.Option(None, help="Requests the family must refuse (as for `learn`; default: "
+                                             "the negatives the old version was given)."),
+    synthesize: Optional[bool] = typer.Option(None, "--synthesize/--no-synthesize", help="As for `learn`."),
     threads: Optional[int] = threads_option(),
 ):
     """Train a new version of a family's shard on its records only and publish it atomically in its place."""
@@ -234,12 +286,18 @@ def relearn(
     use_threads(threads)
     cat = load_catalog(catalog) if catalog else None
     rs = read_records(data, cat, family=family)
+    given = list(rs.negatives)
+    if negatives is not None:
+        from skillbank.data.negatives import read_negatives
+        given += read_negatives(negatives, family=family)
     sb = SkillBank.open(bank)
     old = sb._entry(family)
     cfg = None
     if config or epochs is not None:
         cfg = _train_config(config, epochs, None, "paper") if config else TrainConfig.from_dict(
             {**old.training.get("config", {}), **({"epochs": epochs} if epochs is not None else {})})
-    entry = sb.relearn(family, rs.records, cfg, catalog=cat, init=init, descendants=descendants)
+    entry = sb.relearn(family, rs.records, cfg, catalog=cat, init=init, descendants=descendants, negatives=given,
+                       synthesize=synthesize)
     err.print(f"relearned {family}: shard {entry.dir}, {entry.training['examples']} examples, "
               f"{entry.training['wall_seconds']:.0f} s")
+    _say_negatives(sb, family, bank)

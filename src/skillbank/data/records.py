@@ -13,6 +13,9 @@ the reason; with ``skip_invalid=True`` bad lines are collected (never silently d
 :func:`validate_records` checks a whole file (or in-memory records) at once and reports every bad line
 with all its reasons - argument names against the catalog included - for ``skillbank validate`` and
 ``learn``.
+
+A line with ``"graph": null`` is a negative: a request the family must refuse
+(:mod:`skillbank.data.negatives`). Reading and validating keep negatives apart from the records.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Union
 
 from skillbank.data.catalog import Catalog
+from skillbank.data.negatives import Negative, is_negative, normalized
 from skillbank.errors import GraphError, RecordError, UnknownSkillError
 from skillbank.graph import TaskGraph
 
@@ -87,6 +91,7 @@ class RecordSet:
     records: list[Record]
     skipped: list[RecordError] = field(default_factory=list)
     path: str | None = None
+    negatives: list[Negative] = field(default_factory=list)  # lines with "graph": null
 
 
 def iter_jsonl(path: str | Path, *, errors: str = "raise") -> Iterator[tuple[int, Any]]:
@@ -137,6 +142,7 @@ class Validation:
     errors: list[RecordError]
     path: str | None = None
     lines: int = 0  # non-blank lines (items) read
+    negatives: list[Negative] = field(default_factory=list)  # valid lines with "graph": null
 
     @property
     def ok(self) -> bool:
@@ -145,6 +151,9 @@ class Validation:
     def summary(self) -> str:
         where = self.path or "records"
         if self.ok:
+            if self.negatives:
+                return (f"{where}: {len(self.records)} record(s) and {len(self.negatives)} negative(s) "
+                        "(\"graph\": null), all valid")
             return f"{where}: {self.lines} record(s), all valid"
         return (f"{where}: {len(self.errors)} bad line(s) of {self.lines}, {len(self.records)} valid"
                 if self.path else f"{where}: {len(self.errors)} bad record(s) of {self.lines}, {len(self.records)} valid")
@@ -177,6 +186,8 @@ def validate_records(source: Source, catalog: Catalog | None = None, *, family: 
         path = None
         items = ((i, r.to_dict() if isinstance(r, Record) else r) for i, r in enumerate(source, start=1))
         out = Validation([], [])
+    negative_lines: list[tuple[int, Negative]] = []
+    positive_lines: dict[str, int] = {}
     for lineno, rec, errors in _check(items, path, catalog, family, check_arguments):
         out.lines += 1
         if errors:
@@ -184,8 +195,27 @@ def validate_records(source: Source, catalog: Catalog | None = None, *, family: 
             if len(errors) > 1:
                 first = type(first)("; ".join(e.reason for e in errors), first.path, first.line)
             out.errors.append(first)
+        elif isinstance(rec, Negative):
+            negative_lines.append((lineno, rec))
         else:
             out.records.append(rec)
+            positive_lines.setdefault(normalized(rec.request), lineno)
+    where = (lambda n: f"line {n}") if path is not None else (lambda n: f"item {n}")
+    for lineno, neg in negative_lines:
+        twin = positive_lines.get(normalized(neg.request))
+        if twin is not None:
+            reason = (f"negative {neg.id} is the request of the record on {where(twin)} (one request cannot be "
+                      "both served and refused)")
+            out.errors.append(RecordError(reason, path, lineno) if path is not None
+                              else RecordError(f"item {lineno}: {reason}", None, lineno))
+        else:
+            out.negatives.append(neg)
+    if negative_lines and not out.records and not out.errors:
+        first = negative_lines[0][0]
+        reason = ("only negatives (\"graph\": null): a family is learned from records with graphs; give them "
+                  "here or put the negatives in a file of their own (--negatives)")
+        out.errors.append(RecordError(reason, path, first) if path is not None
+                          else RecordError(f"item {first}: {reason}", None, first))
     return out
 
 
@@ -200,6 +230,25 @@ def _check(items: Iterable[tuple[int, Any]], path: Path | None, catalog: Catalog
             return kind(reason, path, lineno)
         if isinstance(obj, RecordError):
             yield lineno, None, [obj]
+            continue
+        if is_negative(obj):
+            try:
+                neg = Negative.from_dict(obj)
+            except RecordError as exc:
+                yield lineno, None, [err(exc.reason)]
+                continue
+            problems = []
+            if family is not None and neg.family != family:
+                problems.append(err(f"negative {neg.id}: family {neg.family!r}, expected {family!r}"))
+            if neg.id in seen:
+                problems.append(err(f"duplicate record id {neg.id!r} (first on line {seen[neg.id]})"))
+            else:
+                seen[neg.id] = lineno
+            yield lineno, neg, problems
+            continue
+        if isinstance(obj, dict) and obj.get("kind") is not None and obj.get("graph") is not None:
+            yield lineno, None, [err(f"record {obj.get('id')}: has a \"kind\" ({obj['kind']!r}) and a graph: a "
+                                     "negative has \"graph\": null")]
             continue
         try:
             rec = Record.from_dict(obj)
@@ -262,6 +311,8 @@ def read_records(path: str | Path, catalog: Catalog | None = None, *, skip_inval
             if not skip_invalid:
                 raise errors[0]
             out.skipped.append(errors[0])
+        elif isinstance(rec, Negative):
+            out.negatives.append(rec)
         else:
             out.records.append(rec)
     return out

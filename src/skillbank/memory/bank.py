@@ -149,16 +149,63 @@ def _as_catalog(catalog, family: str):
     raise TypeError(f"catalog must be a Catalog, a path or a parsed tools object, got {type(catalog).__name__}")
 
 
-def _as_records(records, catalog, family: str) -> list[Record]:
-    """``learn``'s records argument as Record objects; files and dicts go through the same checks as
-    ``skillbank validate`` (every bad one reported at once)."""
+def _as_records(records, catalog, family: str):
+    """``learn``'s records argument as (Record objects, the negatives among them); files and dicts go through the
+    same checks as ``skillbank validate`` (every bad one reported at once)."""
+    from skillbank.data.negatives import Negative
     from skillbank.data.records import validate_records
     if isinstance(records, (str, Path)):
-        return validate_records(records, catalog, family=family).raise_if_bad().records
+        v = validate_records(records, catalog, family=family).raise_if_bad()
+        return v.records, v.negatives
     records = list(records)
-    if all(isinstance(r, Record) for r in records):
-        return records
-    return validate_records(records, catalog, family=family).raise_if_bad().records
+    if all(isinstance(r, (Record, Negative)) for r in records):
+        return [r for r in records if isinstance(r, Record)], [r for r in records if isinstance(r, Negative)]
+    v = validate_records([r.to_dict() if isinstance(r, (Record, Negative)) else r for r in records], catalog,
+                         family=family).raise_if_bad()
+    return v.records, v.negatives
+
+
+def _as_negatives(negatives, family: str) -> list:
+    """``learn``'s negatives argument (a ``--negatives`` file, Negative objects or dicts) as Negative objects of
+    ``family``, checked (file and line named)."""
+    from skillbank.data.negatives import Negative, read_negatives
+    if negatives is None:
+        return []
+    if isinstance(negatives, (str, Path)):
+        return read_negatives(negatives, family=family)
+    out = []
+    for i, n in enumerate(negatives, 1):
+        try:
+            neg = n if isinstance(n, Negative) else Negative.from_dict(
+                {**n, "graph": n.get("graph")} if isinstance(n, dict) else n)
+        except RecordError as exc:
+            raise RecordError(f"negative {i}: {exc.reason}") from None
+        if neg.family != family:
+            raise RecordError(f"negative {neg.id}: family {neg.family!r}, expected {family!r}")
+        out.append(neg)
+    return out
+
+
+#: A family given fewer negatives than this gets synthesized ones as well (unless told otherwise).
+SYNTHESIZE_BELOW = 30
+
+
+def family_negatives(family: str, specs: Sequence[dict], records: Sequence[Record], given: Sequence,
+                     synthesize: bool | None = None) -> list:
+    """The negatives a family's scope statistics hold: the ``given`` ones, plus, when ``synthesize`` (None: when
+    fewer than ``SYNTHESIZE_BELOW`` are given), those :func:`~skillbank.data.negatives.synthesize_negatives` writes
+    from its catalog and records (none that repeats a given one)."""
+    from skillbank.data.negatives import normalized, shipped_other_domain, synthesize_negatives
+    from skillbank.memory.values import graph_values
+    given = list(given)
+    if synthesize is None:
+        synthesize = len(given) < SYNTHESIZE_BELOW
+    if not synthesize:
+        return given
+    made = synthesize_negatives(family, specs, [r.request for r in records], [graph_values(r.graph) for r in records],
+                                other_domain=shipped_other_domain())
+    have = {normalized(n.request) for n in given}
+    return given + [n for n in made if normalized(n.request) not in have]
 
 
 class SkillBank:
@@ -325,7 +372,7 @@ class SkillBank:
     def learn(self, family: str, records: Sequence[Record] | Sequence[dict] | str | Path, train_config=None, *,
               skills: Sequence[str] | None = None, catalog=None, progress: bool = True,
               pretrained: str | Path | None = None, checkpoint=None, init: str = DEFAULT_INIT,
-              compose=None) -> ShardEntry:
+              compose=None, negatives=None, synthesize: bool | None = None) -> ShardEntry:
         """Train a LoRA on ``records`` only, freeze it, append it, update the Address Memory.
 
         records: Record objects (taken as they are: already validated when they were read), or dicts in
@@ -358,11 +405,18 @@ class SkillBank:
             ``records`` (values resampled, single steps joined: :func:`~skillbank.data.compose.compose_records`);
             the router and the scope gate read the given records only. What was composed is recorded in the
             training summary (``augmentation``).
+        negatives: requests the family must refuse (:mod:`skillbank.data.negatives`): a ``--negatives`` file, or
+            Negative objects / dicts; lines of ``records`` with ``"graph": null`` are negatives too. They go to the
+            scope gate (kept with the family's statistics), never to the executor.
+        synthesize: also write negatives from the catalog and records
+            (:func:`~skillbank.data.negatives.synthesize_negatives`); None (default): when fewer than
+            ``SYNTHESIZE_BELOW`` are given.
         """
         check_family_name(family)
         if family in self.shard_names:
             raise BankError(f"family {family!r} is already in the bank; shards are write-once - learn it under a new name")
-        catalog, records, declared = self._family_inputs(family, records, catalog, skills)
+        catalog, records, declared, inline = self._family_inputs(family, records, catalog, skills)
+        negatives = inline + _as_negatives(negatives, family)
         cfg = train_config or self.default_train_config()
         from skillbank.memory.selectors.embedding import encoder_memo
         with encoder_memo():  # the start's choice, the router and the skill statistics embed the same requests
@@ -380,14 +434,15 @@ class SkillBank:
                 augmentation = {"compose": compose.to_dict(), **report.to_dict()}
             return self._publish_shard(family, records, cfg, declared, specs, progress=progress,
                                        pretrained=pretrained, checkpoint=checkpoint, start=start, lineage=lineage,
-                                       train_records=train_records, augmentation=augmentation)
+                                       train_records=train_records, augmentation=augmentation,
+                                       negatives=negatives, synthesize=synthesize)
 
     def _family_inputs(self, family: str, records, catalog, skills, *, replacing: bool = False):
-        """(catalog, records, declared skill ids) of a family to learn, checked: records as Records (files and
-        dicts validated), skills from ``skills``, else the catalog's family, else those the records use; every
+        """(catalog, records, declared skill ids, the negatives among the records) of a family to learn, checked:
+        records as Records (files and dicts validated), skills from ``skills``, else the catalog's family, else those the records use; every
         used skill declared, and none owned by another shard (``replacing``: the family's own old shard aside)."""
         catalog = _as_catalog(catalog, family)
-        records = _as_records(records, catalog, family)
+        records, negatives = _as_records(records, catalog, family)
         if not records:
             raise RecordError(f"no training records for family {family!r}")
         used = sorted({t for r in records for t in r.graph.tasks})
@@ -399,7 +454,7 @@ class SkillBank:
             raise RecordError(f"records use skill(s) outside the family's catalog: {undeclared[:5]}")
         owned = {s: e.name for e in self.manifest.shards if not (replacing and e.name == family) for s in e.skills}
         check_disjoint(declared, owned)
-        return catalog, records, declared
+        return catalog, records, declared, negatives
 
     def default_train_config(self):
         """The recipe for this bank's base model when none is given (see :mod:`skillbank.train.recipes`)."""
@@ -421,7 +476,8 @@ class SkillBank:
                        *, progress: bool = True, pretrained: str | Path | None = None, replace: bool = False,
                        imported: dict | None = None, checkpoint=None, start: str | Path | None = None,
                        lineage: dict | None = None, drop: Sequence[str] = (),
-                       train_records: Sequence[Record] | None = None, augmentation: dict | None = None) -> ShardEntry:
+                       train_records: Sequence[Record] | None = None, augmentation: dict | None = None,
+                       negatives: Sequence = (), synthesize: bool | None = None) -> ShardEntry:
         """Stage a shard (trained on ``records``, loaded from ``pretrained``, or copied by ``imported``), the
         Address Memory with it, then publish both with one atomic manifest write.
 
@@ -433,6 +489,8 @@ class SkillBank:
         drop: families forgotten in the same publish (a relearn's descendants).
         train_records: what the executor trains on (default ``records``; composed records added by ``learn``),
         augmentation: the record of how they were made, kept in the training summary.
+        negatives, synthesize: the family's negatives for the scope gate, and whether to synthesize more
+        (:func:`family_negatives`).
         """
         from skillbank.train.executor import common_prefix
         if imported is None:  # the router's statistics too are made after the training
@@ -498,6 +556,8 @@ class SkillBank:
                 address.partial_fit_catalog(docs, family)
                 if scope is not None:
                     scope.partial_fit(requests, family, docs, **fit_inputs(records, family))
+                    if scope.encoder is not None and scope.reader == "values":
+                        scope.fit_negatives(family, family_negatives(family, specs, records, negatives, synthesize))
             address_rel = f"address/{index:04d}"
             address.save(self.root / address_rel)
             if scope is not None:
@@ -591,12 +651,19 @@ class SkillBank:
                    f"the scope statistics cover {sorted(self.scope.classes_)}, not every shard")
             return [ScopeVerdict(None, None, None, None, why) for _ in requests]
         masked = self.scope.read(requests)  # once, for the scores and a refusal's words
-        scores = self.scope.score(masked)
+        _, scores, refused_by = self.scope.verdicts(masked)
         thr = self.scope.threshold_
         verdicts = []
-        for request, row in zip(masked, scores):
+        for request, row, negative in zip(masked, scores, refused_by):
             best = int(np.argmax(row))
             score = float(row[best])
+            if negative is not None:
+                family = self.scope.classes_[best]
+                verdicts.append(ScopeVerdict(False, score, thr, family, (
+                    f"{family} has no skill for this: the request is closer to what {family} was told to refuse "
+                    f"({negative.kind.replace('_', ' ')}, {negative.source}: {negative.request!r}) than to its own "
+                    "requests (see `skillbank scope negatives`)")))
+                continue
             if score >= thr:
                 verdicts.append(ScopeVerdict(True, score, thr, self.scope.classes_[best], None))
                 continue
@@ -761,9 +828,10 @@ class SkillBank:
 
     def relearn(self, family: str, records, train_config=None, *, catalog=None,
                 skills: Sequence[str] | None = None, progress: bool = True, init: str = DEFAULT_INIT,
-                descendants: str = "refuse") -> ShardEntry:
+                descendants: str = "refuse", negatives=None, synthesize: bool | None = None) -> ShardEntry:
         """A new version of a family's shard, trained on ``records`` only and published atomically in place
-        of the old one (the old Address statistics are subtracted, the new ones added).
+        of the old one (the old Address statistics are subtracted, the new ones added). negatives, synthesize:
+        as in :meth:`learn` (none given: the old version's given negatives are kept).
 
         init: where the new version starts (as in :meth:`learn`; never the family's own old shard).
         descendants: shards that started from the old version are refused ("refuse", default), kept as they
@@ -774,7 +842,10 @@ class SkillBank:
         self.check_exact_forget(family, "relearn")
         heirs = self.check_descendants(family, "relearn", descendants, ("refuse", "keep", "forget"))
         drop = heirs if descendants == "forget" else []
-        catalog, records, declared = self._family_inputs(family, records, catalog, skills, replacing=True)
+        catalog, records, declared, inline = self._family_inputs(family, records, catalog, skills, replacing=True)
+        negatives = inline + _as_negatives(negatives, family)
+        if not negatives and self.scope is not None:  # none given: the old version's given ones carry over
+            negatives = [n for n in self.scope.negatives_.get(family, ()) if n.source == "given"]
         if catalog is not None:
             specs = [catalog.skills[s].to_dict() for s in declared if s in catalog.skills]
         else:  # keep the specs the old version was given
@@ -785,7 +856,8 @@ class SkillBank:
             start, lineage = resolve_start(self, family, init, [r.request for r in records], cfg, replacing=True,
                                            exclude=drop)
             return self._publish_shard(family, records, cfg, declared, specs, progress=progress, replace=True,
-                                       start=start, lineage=lineage, drop=drop)
+                                       start=start, lineage=lineage, drop=drop, negatives=negatives,
+                                       synthesize=synthesize)
 
     def export_family(self, family: str, out: str | Path) -> Path:
         """Write one family as a directory another bank on the same base can import: the shard, its entry (with
@@ -874,10 +946,38 @@ class SkillBank:
             names.append(here[0].name)
         return {**lineage, "from": names if merged else names[0]}
 
-    def fit_scope(self, family: str, records: Sequence[Record]) -> None:
+    def set_negatives(self, family: str, negatives=None, *, synthesize: bool | None = None,
+                      replace: bool = False) -> list:
+        """Give a learned family negatives (a ``--negatives`` file, Negative objects or dicts) without retraining
+        anything: they are added to the given ones it holds (``replace``: they replace them), and synthesized ones
+        are rewritten from its catalog as :meth:`learn` would (its records are not kept, so from the catalog alone).
+        Returns what the family now holds. Banks learned before negatives existed get them this way."""
+        entry = self._entry(family)
+        if self.scope is None or family not in self.scope.classes_:
+            raise BankError(f"{family!r} has no scope statistics to add negatives to; add them first with "
+                            f"`skillbank scope fit {self.root} --family {family} --data RECORDS.jsonl`")
+        new = _as_negatives(negatives, family)
+        kept = [] if replace else [n for n in self.scope.negatives_.get(family, ()) if n.source == "given"]
+        have = {n.id for n in kept}
+        clash = [n.id for n in new if n.id in have]
+        if clash:
+            raise RecordError(f"negative id(s) {clash[:5]} already given to {family!r} (pass replace to start over)")
+        specs = read_skills_specs(self.root / entry.dir)
+        held = family_negatives(family, specs, [], kept + new, synthesize)
+        address, scope = self._address_copy()
+        scope.fit_negatives(family, held)
+        address_rel = f"address/{self._next_index():04d}"
+        address.save(self.root / address_rel)
+        scope.save(self.root / address_rel)
+        self._commit(self.manifest.shards, address, scope, address_rel)
+        return held
+
+    def fit_scope(self, family: str, records: Sequence[Record], negatives: Sequence = (),
+                  synthesize: bool | None = None) -> None:
         """Add scope statistics for a family of a bank learned before out-of-scope detection existed, or
         refit them (after the sentence encoder changed: the others are then dropped, to be refit in turn).
-        Its shard and routing are unchanged. Once every family has them, out-of-scope detection is on."""
+        Its shard and routing are unchanged. Once every family has them, out-of-scope detection is on.
+        negatives, synthesize: as in :meth:`learn`."""
         entry = self._entry(family)
         address, scope = self._address_copy()
         scope = scope or ScopeDetector(**self.manifest.scope_params)
@@ -886,8 +986,11 @@ class SkillBank:
             scope = ScopeDetector(**scope.get_params())
         if family in scope.classes_:
             scope.forget(family)
-        scope.partial_fit([r.request for r in records], family, catalog_text(read_skills_specs(self.root / entry.dir)),
-                          **fit_inputs(records, family))
+        specs = read_skills_specs(self.root / entry.dir)
+        scope.partial_fit([r.request for r in records], family, catalog_text(specs), **fit_inputs(records, family))
+        if scope.encoder is not None and scope.reader == "values":
+            scope.fit_negatives(family, family_negatives(family, specs, records, _as_negatives(negatives, family),
+                                                         synthesize))
         address_rel = f"address/{self._next_index():04d}"
         address.save(self.root / address_rel)
         scope.save(self.root / address_rel)

@@ -52,6 +52,15 @@ still counts against. And the encoder compares the request with each *skill's* m
 requests that use the skill) and keeps the best, not with the family's mean: a family of 40 skills has a
 mean that is near none of its requests. ``reader="raw"`` is what statistics saved before it existed load as.
 
+Negatives (what a family must refuse: :mod:`skillbank.data.negatives`, given by its owner or synthesized from
+its catalog): each family may hold a second word-count row and the embeddings of its negatives, kept with its
+other statistics (forgotten, exported and imported with it; the negatives' texts are kept too, so that a user
+can read and correct them). A request whose best family is ``c`` is refused when it scores higher against
+``c``'s negatives than against ``c`` itself, by ``NEGATIVE_MARGIN`` on the gate's common scale: the negatives
+are scored as a pseudo-family with the same two experts (words against English, the best cosine to a negative
+instead of to a skill's mean). The margin was chosen on the development sets and on cross-validation over the
+built-in negatives (bench/scope.py), never on the frozen test sets.
+
 Limits (measured in the README section "Requests no skill covers"): neither expert can tell "check me in
 for my flight" (no such skill) from "book me a flight" (a skill); template training requests cluster more
 tightly than hand-written ones, so a threshold drawn from them is stricter on hand-written requests than
@@ -89,6 +98,10 @@ TAIL_QUANTILE = 0.05
 # reader="values": a word at least this frequent in English counts against a family that never uses it, even
 # when no family uses it; a rarer word that no family uses adds nothing (about 1 in 10,000 words: "weather").
 COMMON_WORD = 1e-4
+SCOPE_NEGATIVES = "scope-negatives.json"
+#: A request is refused when its best family's negatives explain it better than the family by this much (the gate's
+#: common scale: 1 is the distance from the median training score down to its 5% tail, per expert).
+NEGATIVE_MARGIN = 0.25
 
 
 @lru_cache(maxsize=4)
@@ -239,6 +252,11 @@ class ScopeDetector:
         self.skill_names_: dict[str, list[str]] = {}
         self.skill_sums_: dict[str, np.ndarray] = {}
         self.encoder_digest_: str | None = None  # the weights the embedding statistics were made with
+        # Per family with negatives: their word counts (n_features,), embeddings (n, d) and the negatives themselves
+        # (skillbank.data.negatives.Negative: kind and text, what `scope negatives` lists and explain names).
+        self.negative_counts_: dict[str, sp.csr_matrix] = {}
+        self.negative_embeddings_: dict[str, np.ndarray] = {}
+        self.negatives_: dict[str, list] = {}
         # Derived once per state and reset by every update (partial_fit, forget, add_family): scoring a request
         # must not redo work that grows with the number of families K.
         self._weights = None  # (n_features, n_classes) sparse log1p weights
@@ -438,6 +456,65 @@ class ScopeDetector:
                 out[r] = float(np.max(rest[ok] @ cal_embeddings[r] / norms[ok]))
         return out
 
+    def fit_negatives(self, label: str, negatives: Sequence) -> "ScopeDetector":
+        """Set family ``label``'s negatives (:class:`~skillbank.data.negatives.Negative`; replacing any it had; an
+        empty list removes them). They are read as requests are (values masked with the family's own value
+        vocabulary); they need the encoder."""
+        if label not in self.classes_:
+            raise ScopeError(f"scope detector has no family {label!r}")
+        self._reset_derived()
+        negatives = list(negatives)
+        if not negatives:
+            for d in (self.negative_counts_, self.negative_embeddings_, self.negatives_):
+                d.pop(label, None)
+            return self
+        if self.encoder is None or self.reader != "values":
+            raise ScopeError("negatives need the scope gate's encoder and value reader (a bank made with "
+                             "scope_params encoder=None or reader='raw' cannot use them)")
+        own = self.vocabulary_.family(label) if label in self.vocabulary_.classes_ else None
+        masked = [mask(n.request, own) for n in negatives]
+        words, prose = self._texts(masked)
+        self.negative_counts_[label] = sp.csr_matrix(self._vec.transform(words).sum(axis=0))
+        self.negative_embeddings_[label] = self._embed(prose).astype(np.float32)
+        self.negatives_[label] = negatives
+        return self
+
+    def negative_scores(self, requests: Sequence[str] | Sequence[MaskedRequest], families: Sequence[int],
+                        embeddings: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, list]:
+        """Per request, (the score against ``families[i]``'s negatives, the score against that family itself, both
+        on :meth:`score`'s common scale without the outlier term, and the closest negative or None): -inf where the
+        family has no negatives."""
+        masked = self._as_masked(requests)
+        neg = np.full(len(masked), -np.inf)
+        own = np.full(len(masked), np.inf)
+        closest: list = [None] * len(masked)
+        wanted = [i for i, c in enumerate(families) if self.classes_[c] in self.negatives_]
+        if not wanted:
+            return neg, own, closest
+        sub = [masked[i] for i in wanted]
+        words_text, prose = self._texts(sub)
+        X = self._vec.transform(words_text).tocsr()
+        E = self._embed(prose) if embeddings is None else embeddings[wanted]
+        word_own = self.word_scores(sub)
+        emb_own = self._embedding_scores_of(E)
+        bg = self.background_.astype(float)
+        for j, i in enumerate(wanted):
+            c = families[i]
+            label = self.classes_[c]
+            counts = self.negative_counts_[label].toarray().ravel()
+            idx, cnt = X.indices[X.indptr[j]:X.indptr[j + 1]], X.data[X.indptr[j]:X.indptr[j + 1]]
+            p = counts[idx] / max(counts.sum(), 1e-300)
+            word = np.log(self.lam * p / bg[idx] + (1 - self.lam))
+            word = np.where((counts[idx] > 0) | (bg[idx] >= COMMON_WORD), word, 0.0)  # as the families' word scores
+            N = self.negative_embeddings_[label].astype(np.float64)
+            sims = (N / np.maximum(np.linalg.norm(N, axis=1, keepdims=True), 1e-12)) @ E[j]
+            k = int(np.argmax(sims))
+            words_score = float(cnt @ word) if len(idx) else -np.inf
+            neg[i] = float(self._combine(np.array([words_score]), np.array([sims[k]]))[0])
+            own[i] = float(self._combine(np.array([word_own[j, c]]), np.array([emb_own[j, c]]))[0])
+            closest[i] = self.negatives_[label][k]
+        return neg, own, closest
+
     def forget(self, label: str) -> "ScopeDetector":
         """Remove a family exactly (its rows of statistics and its training scores)."""
         if label not in self.classes_:
@@ -451,6 +528,8 @@ class ScopeDetector:
         self.skill_names_.pop(label, None)
         self.skill_sums_.pop(label, None)
         self.embedding_squares_.pop(label, None)
+        for d in (self.negative_counts_, self.negative_embeddings_, self.negatives_):
+            d.pop(label, None)
         self.classes_.pop(i)
         if label in self.vocabulary_.classes_:
             self.vocabulary_.forget(label)
@@ -475,6 +554,10 @@ class ScopeDetector:
             if label in self.skill_sums_:
                 one.skill_names_, one.skill_sums_ = {label: self.skill_names_[label]}, {label: self.skill_sums_[label]}
             one.encoder_digest_ = self.encoder_digest_
+            if label in self.negatives_:
+                one.negative_counts_ = {label: self.negative_counts_[label]}
+                one.negative_embeddings_ = {label: self.negative_embeddings_[label]}
+                one.negatives_ = {label: list(self.negatives_[label])}
             if self.outliers is not None:
                 one.embedding_squares_ = {label: self.embedding_squares_[label]}
                 one.outlier_requests_, one.outlier_embeddings_ = self.outlier_requests_, self.outlier_embeddings_
@@ -526,6 +609,11 @@ class ScopeDetector:
                 self.skill_sums_[label] = np.asarray(other.skill_sums_[source])
             if self.outliers is not None:
                 self.embedding_squares_[label] = np.asarray(other.embedding_squares_[source])
+            if source in other.negatives_:
+                from dataclasses import replace
+                self.negative_counts_[label] = other.negative_counts_[source]
+                self.negative_embeddings_[label] = np.asarray(other.negative_embeddings_[source])
+                self.negatives_[label] = [replace(n, family=label) for n in other.negatives_[source]]
         self._reset_derived()
         return self
 
@@ -744,19 +832,43 @@ class ScopeDetector:
         statistics' log-likelihood ratio, or with an encoder the mean of both experts' standardised scores,
         plus with outliers the discriminant's scaled log-odds times ``outlier_weight`` (the same for every
         family: it says whether the request is like any learned family, not which)."""
-        masked = self._as_masked(requests)  # masked once for both experts
+        return self._scores(self._as_masked(requests))[0]
+
+    def _scores(self, masked: Sequence[MaskedRequest]) -> tuple[np.ndarray, np.ndarray | None]:
+        """(:meth:`score`, the requests' embeddings or None without an encoder)."""
         words = self.word_scores(masked)
         if self.encoder is None:
-            return words
-        embeddings = self._embed(self._texts(masked)[1])  # once for the embedding and the outlier experts
+            return words, None
+        embeddings = self._embed(self._texts(masked)[1])  # once for every expert
         scores = self._combine(words, self._embedding_scores_of(embeddings))
         if self.outliers is not None:
             scores = scores + self.outlier_weight * self._outside_of(embeddings)[:, None]
-        return scores
+        return scores, embeddings
 
     def decision_function(self, requests: Sequence[str]) -> np.ndarray:
-        """The request's best family score minus the threshold: negative means out of scope."""
-        return self.score(requests).max(axis=1) - self.threshold_
+        """The request's best family score minus the threshold, or, where the best family has negatives and they
+        explain the request better, by how much less than ``NEGATIVE_MARGIN`` (the smaller): negative means out
+        of scope."""
+        return self.verdicts(requests)[0]
+
+    def verdicts(self, requests: Sequence[str] | Sequence[MaskedRequest]) -> tuple[np.ndarray, np.ndarray, list]:
+        """(:meth:`decision_function`, the scores (n_requests, n_classes), per request the closest negative of its
+        best family where the negatives refuse it, else None)."""
+        masked = self._as_masked(requests)
+        scores, embeddings = self._scores(masked)
+        best = scores.argmax(axis=1)
+        decision = scores.max(axis=1) - self.threshold_
+        refused_by: list = [None] * len(masked)
+        if self.negatives_:
+            neg, own, closest = self.negative_scores(masked, list(best), embeddings)
+            with np.errstate(invalid="ignore"):
+                by_negatives = own + NEGATIVE_MARGIN - neg  # +inf where the best family has no negatives
+            by_negatives[np.isnan(by_negatives)] = np.inf  # no words on either side: the families' score decides
+            for i in range(len(masked)):
+                if decision[i] >= 0 > by_negatives[i]:
+                    refused_by[i] = closest[i]
+            decision = np.minimum(decision, by_negatives)
+        return decision, scores, refused_by
 
     def predict(self, requests: Sequence[str]) -> np.ndarray:
         """True where some learned family covers the request."""
@@ -781,6 +893,15 @@ class ScopeDetector:
             arrays.update({f"squares_{i}": self.embedding_squares_[k] for i, k in enumerate(self.classes_)})
             (directory / SCOPE_OUTLIERS).write_text(json.dumps(
                 {"requests": self.outlier_requests_, "categories": self.outlier_categories_}, ensure_ascii=False) + "\n")
+        for i, k in enumerate(self.classes_):
+            if k in self.negatives_:
+                arrays[f"negative_counts_{i}"] = self.negative_counts_[k].toarray().ravel().astype(np.float32)
+                arrays[f"negative_embeddings_{i}"] = self.negative_embeddings_[k]
+        if self.negatives_:
+            (directory / SCOPE_NEGATIVES).write_text(json.dumps(
+                {k: [n.to_dict() for n in v] for k, v in self.negatives_.items()}, ensure_ascii=False) + "\n")
+        else:
+            (directory / SCOPE_NEGATIVES).unlink(missing_ok=True)
         np.savez(directory / SCOPE_ARRAYS, **arrays)  # uncompressed, as the router's: see Selector.save
         if self.reader == "values":
             (directory / SCOPE_VALUES).write_text(json.dumps(self.vocabulary_.to_state(), ensure_ascii=False) + "\n")
@@ -817,6 +938,20 @@ class ScopeDetector:
                     det.train_embedding_scores_ = {k: z[f"embedding_loo_{i}"] for i, k in enumerate(det.classes_)}
                     det.skill_names_ = {k: list(v) for k, v in meta.get("skills", {}).items()}
                     det.skill_sums_ = {k: z[f"skill_sum_{det.classes_.index(k)}"] for k in det.skill_names_}
+                negatives_file = directory / SCOPE_NEGATIVES
+                if negatives_file.is_file():  # states saved before negatives existed have none
+                    from skillbank.data.negatives import Negative
+                    state = read_json(negatives_file, ScopeError, what="scope negatives")
+                    for k, rows in (state.items() if isinstance(state, dict) else ()):
+                        if k not in det.classes_:
+                            raise ScopeError(f"{negatives_file}: negatives of {k!r}, which these statistics lack")
+                        i = det.classes_.index(k)
+                        try:
+                            det.negatives_[k] = [Negative.from_dict(r) for r in rows]
+                        except Exception as exc:
+                            raise ScopeError(f"{negatives_file}: unreadable negatives of {k!r} ({exc})") from None
+                        det.negative_counts_[k] = sp.csr_matrix(z[f"negative_counts_{i}"].astype(np.float64)[None, :])
+                        det.negative_embeddings_[k] = z[f"negative_embeddings_{i}"]
                 if det.outliers is not None and det.classes_:
                     det.outlier_embeddings_ = z["outlier_embeddings"]
                     det.embedding_squares_ = {k: z[f"squares_{i}"] for i, k in enumerate(det.classes_)}

@@ -1,0 +1,149 @@
+"""What negatives buy the scope gate: kept / refused / near misses refused, negatives none / synthesized / given /
+both, on the hand-written sets. No shard is trained: the gate's statistics are what a bank learning these
+families would hold (requests, gold values, catalog; :func:`skillbank.experiments.scope.detector_for_stream`).
+
+Banks:
+
+- ``K=5``: the five built-in families (200 template records each), given negatives from
+  ``src/skillbank/resources/negatives/builtin.jsonl``; development sets (``paraphrase_builtin*`` / ``offdomain*``,
+  where the margin was chosen) and the frozen K = 5 test sets (``users_indomain`` / ``users_offdomain``, written
+  blind, nothing chosen on them), near misses apart;
+- ``home_energy``: the example family alone (85 records, negatives ``examples/home_energy/negatives.jsonl``), and
+  ``K=5+home_energy``: beside the five; its frozen sets ``tests/fixtures/frozen/home_energy_*`` (what the other
+  families serve counts as in domain there, so only the family's own refusals are counted off domain).
+
+Each row also gives the gate's time per request (scope check only, one at a time). Prints a table; ``--out``
+writes the numbers as JSON.
+
+    .venv/bin/python bench/scope_negatives.py --out results/scope-negatives
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from skillbank.data.builtin import build_builtin_stream
+from skillbank.data.catalog import Catalog
+from skillbank.data.negatives import read_negatives
+from skillbank.data.records import read_records
+from skillbank.data.tool_formats import load_catalog
+from skillbank.experiments.scope import detector_for_stream
+from skillbank.memory.bank import default_scope_params, family_negatives
+from skillbank.memory.scope import ScopeDetector, catalog_text, fit_inputs
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "fixtures"
+HOME = ROOT / "examples" / "home_energy"
+MODES = ("none", "synthesized", "given", "both")
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def builtin_sets(stream):
+    skill_family = {sid.split("::")[-1]: k for k in stream.family_keys for sid in stream.catalog.family(k).skills}
+
+    def fam(r):
+        fams = {skill_family.get(n["task"].split("::")[-1]) for n in r["graph"]["task_nodes"]}
+        return fams.pop() if len(fams) == 1 else None
+    dev_in = [r["request"] for n in ("paraphrase_builtin", "paraphrase_builtin_holdout", "paraphrase_builtin_short")
+              for r in rows(FIX / f"{n}.jsonl") if fam(r)]
+    dev_off = [(r["request"], r["category"]) for n in ("offdomain", "offdomain_holdout", "offdomain_short",
+                                                       "offdomain_injection") for r in rows(FIX / f"{n}.jsonl")]
+    test_in = [r["request"] for r in rows(FIX / "users_indomain.jsonl") if fam(r)]
+    test_off = [(r["request"], r["category"]) for r in rows(FIX / "users_offdomain.jsonl")]
+    return {"dev": (dev_in, dev_off), "frozen": (test_in, test_off)}
+
+
+def home_sets():
+    test_in = [r["request"] for r in rows(FIX / "frozen" / "home_energy_indomain.jsonl")]
+    test_off = [(r["request"], r["category"]) for r in rows(FIX / "frozen" / "home_energy_offdomain.jsonl")]
+    return {"frozen": (test_in, test_off)}
+
+
+def measure(det: ScopeDetector, sets: dict) -> dict:
+    out = {}
+    for part, (ins, offs) in sets.items():
+        kept = det.decision_function(ins) >= 0
+        refused = det.decision_function([q for q, _ in offs]) < 0
+        near = np.array([c == "near_miss" for _, c in offs])
+        out[part] = {"kept": float(kept.mean()), "refused": float(refused.mean()),
+                     "near_misses_refused": float(refused[near].mean()) if near.any() else None,
+                     "n_in": len(ins), "n_off": len(offs), "n_near": int(near.sum())}
+    probe = sets["frozen"][0][:40]
+    det.decision_function(probe[:5])
+    t0 = time.perf_counter()
+    for q in probe:
+        det.decision_function([q])
+    out["ms_per_request"] = (time.perf_counter() - t0) * 1000 / len(probe)
+    return out
+
+
+def set_negatives(det: ScopeDetector, family: str, specs, records, given, mode: str) -> None:
+    if mode == "none":
+        det.fit_negatives(family, [])
+        return
+    held = family_negatives(family, specs, records, given if mode in ("given", "both") else [],
+                            synthesize=mode in ("synthesized", "both"))
+    det.fit_negatives(family, held)
+
+
+def home_family():
+    catalog = load_catalog(HOME / "tools.json", "home_energy")
+    records = read_records(HOME / "records.jsonl").records
+    specs = [catalog.skills[s].to_dict() for s in catalog.family("home_energy").skills]
+    return catalog, records, specs, read_negatives(HOME / "negatives.jsonl")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--modes", default=",".join(MODES))
+    args = ap.parse_args()
+    modes = args.modes.split(",")
+    stream = build_builtin_stream(seed=0, train_per_family=200, test_per_family=50, families=5)
+    given = read_negatives(ROOT / "src" / "skillbank" / "resources" / "negatives" / "builtin.jsonl")
+    specs_of = {k: [stream.catalog.skills[s].to_dict() for s in stream.catalog.family(k).skills]
+                for k in stream.family_keys}
+    catalog, home_records, home_specs, home_given = home_family()
+    results = {}
+
+    five = detector_for_stream(stream)
+    both = detector_for_stream(stream)
+    both.partial_fit([r.request for r in home_records], "home_energy", catalog_text(home_specs),
+                     **fit_inputs(home_records, "home_energy"))
+    alone = ScopeDetector(**default_scope_params())
+    alone.partial_fit([r.request for r in home_records], "home_energy", catalog_text(home_specs),
+                      **fit_inputs(home_records, "home_energy"))
+    banks = {"K=5": (five, builtin_sets(stream)), "home_energy": (alone, home_sets()),
+             "K=5+home_energy": (both, home_sets())}
+    print("| bank | negatives | set | in-domain kept | off-domain refused | near misses refused | ms/request |")
+    print("|---|---|---|---|---|---|---|")
+    for bank, (det, sets) in banks.items():
+        for mode in modes:
+            for k in det.classes_:
+                if k == "home_energy":
+                    set_negatives(det, k, home_specs, home_records, home_given, mode)
+                else:
+                    set_negatives(det, k, specs_of[k], stream.train[k], [n for n in given if n.family == k], mode)
+            r = measure(det, sets)
+            results[f"{bank}/{mode}"] = r
+            for part in sets:
+                p = r[part]
+                near = "-" if p["near_misses_refused"] is None else f"{p['near_misses_refused']:.1%} (n={p['n_near']})"
+                print(f"| {bank} | {mode} | {part} | {p['kept']:.1%} (n={p['n_in']}) | {p['refused']:.1%} "
+                      f"(n={p['n_off']}) | {near} | {r['ms_per_request']:.1f} |", flush=True)
+    if args.out:
+        from skillbank.model.encoding_choice import cpu_identity
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "scope-negatives.json").write_text(json.dumps({"cpu": cpu_identity(), "results": results},
+                                                                  indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
