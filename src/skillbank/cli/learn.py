@@ -52,7 +52,8 @@ def validate(
         else:
             _check_against_records(v, extra, negatives)
     if as_json:
-        print(json.dumps({"path": v.path, "lines": v.lines, "valid": len(v.records), "ok": v.ok,
+        print(json.dumps({"path": v.path, "lines": v.lines, "valid": len(v.records), "negatives": len(v.negatives),
+                          "ok": v.ok,
                           "errors": [{"line": e.line, "reason": e.reason} for e in v.errors]}, indent=1))
     else:
         for e in v.errors:

@@ -181,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         write_status(args.status, state="loading")
         cfg = TrainConfig.from_dict(json.loads(args.train))
         skills = json.loads(args.skills) if args.skills else None
-        records = read_records(args.data).records
+        uploaded = read_records(args.data)  # lines with "graph": null are the family's negatives (scope gate)
+        records = uploaded.records
         manifest = read_manifest(args.bank)
         bank = SkillBank.open(args.bank, base_config=BaseModelConfig(name=manifest.base["name"], threads=args.threads))
         tqdm.auto.tqdm = _progress_bar(args.status)
@@ -191,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.checkpoint_minutes > 0:
             checkpoint = FitCheckpoint(learn_checkpoint_path(args.bank, args.family),
                                        every_seconds=60 * args.checkpoint_minutes)
-        entry = bank.learn(args.family, records, cfg, skills=skills, progress=True, checkpoint=checkpoint)
+        entry = bank.learn(args.family, records, cfg, skills=skills, progress=True, checkpoint=checkpoint,
+                           negatives=uploaded.negatives)
         t = entry.training
         write_status(args.status, state="published", shard=entry.dir, skills=len(entry.skills),
                      examples=t.get("examples"), steps=t.get("steps"), total=t.get("steps"),
