@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench bench-serve clean
+.PHONY: install browser demo test bench bench-serve clean
 
 install: $(STAMP)
 
@@ -27,19 +27,22 @@ $(STAMP): pyproject.toml Makefile
 	CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
 		-DLLAMA_BUILD_SERVER=OFF" $(PIP) install -q -e ".[fast]" || \
 		echo "WARNING: llama-cpp-python did not build: plans will use the (slower) torch engine"
-	# The playground's browser test drives Debian's headless chromium (Selenium + chromium-driver); it skips
-	# only where no chromium exists at all. Installed here where apt can (CI runs as root).
-	if ! (command -v chromium && command -v chromedriver) >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
+	touch $(STAMP)
+
+# The playground's browser test drives Debian's headless chromium (Selenium + chromium-driver); it skips only
+# where no chromium exists at all. Installed for `make test` alone (the demo needs no browser), where apt can
+# (CI runs as root).
+browser:
+	@if ! (command -v chromium && command -v chromedriver) >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
 		(apt-get update -q && apt-get install -y -q chromium chromium-driver) || \
 		echo "could not install chromium: the browser test will be skipped"; fi
-	touch $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/skillbank demo --out runs/demo
 
 # Two workers, one torch thread each (tests/conftest.py): on a 2-core machine about 9 minutes instead of 14;
 # a file's tests stay on one worker, so its fixtures are built once.
-test: $(STAMP)
+test: $(STAMP) browser
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 bench: $(STAMP)

@@ -75,7 +75,7 @@ def measure(det: ScopeDetector, sets: dict) -> dict:
         out[part] = {"kept": float(kept.mean()), "refused": float(refused.mean()),
                      "near_misses_refused": float(refused[near].mean()) if near.any() else None,
                      "n_in": len(ins), "n_off": len(offs), "n_near": int(near.sum())}
-    probe = sets["frozen"][0][:40]
+    probe = next(iter(sets.values()))[0][:40]
     det.decision_function(probe[:5])
     t0 = time.perf_counter()
     for q in probe:

@@ -157,8 +157,8 @@ def test_plan_refuses_what_no_family_covers(tmp_path, base, small_stream):
     from skillbank.memory.scope import ScopeDetector
     # every setting is written out, so a later default cannot change this bank's detector
     assert json.loads((tmp_path / "bank" / "bank.json").read_text())["scope_params"] == {
-        **ScopeDetector(outliers="builtin", outlier_categories=True).get_params(), "quantile": 0.1,
-        "encoder": DEFAULT_ENCODER}
+        **ScopeDetector(outliers="builtin", outlier_categories=True, objects=True, family_scales=True).get_params(),
+        "quantile": 0.1, "encoder": DEFAULT_ENCODER}
     for k in keys:
         bank.learn(k, small_stream.train[k], CFG, catalog=small_stream.catalog, progress=False, init="fresh")
     inside = [r.request for k in keys for r in small_stream.train[k]][:6]

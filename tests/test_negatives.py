@@ -187,3 +187,38 @@ def test_a_bank_without_negatives_says_how_to_add_them(tmp_path, tiny_model_dir)
     assert "home_energy" not in bank.scope.negatives_
     res = CliRunner().invoke(app, ["scope", "negatives", str(tmp_path / "bank"), "home_energy"])
     assert res.exit_code == 0 and "has no negatives" in res.output and "--add" in res.output
+
+
+def test_a_request_of_the_familys_objects_alone_is_read_not_refused_for_lack_of_words():
+    from skillbank.memory.bank import default_scope_params
+    from skillbank.memory.scope import fit_inputs
+    records = read_records(HOME / "records.jsonl").records
+    gates = {}
+    for objects in (False, True):
+        det = ScopeDetector(**{**default_scope_params({"outliers": None}), "objects": objects})
+        det.partial_fit([r.request for r in records], "home_energy", **fit_inputs(records, "home_energy"))
+        gates[objects] = det
+    terse = "dishwasher @ 3am"
+    # read as values only ("dishwasher" is one of the family's values, "3am" a time): no words without objects
+    assert gates[False].score([terse])[0, 0] == -np.inf
+    assert np.isfinite(gates[True].score([terse])[0, 0]) and gates[True].predict([terse])[0]
+    assert gates[True].get_params()["objects"] is True and "objects" not in gates[False].get_params()
+
+
+def test_family_scales_put_each_family_on_its_own_training_scale():
+    from skillbank.memory.scope import MIN_FAMILY_SCORES
+    music = [f"play {w} on the kitchen speaker please" for w in ("jazz", "soul", "blues", "funk", "rock", "folk",
+                                                                  "pop", "disco", "reggae", "metal", "punk",
+                                                                  "house", "techno", "opera", "gospel", "salsa",
+                                                                  "tango", "swing", "grunge", "ska", "trance",
+                                                                  "dub")]
+    maps = ["route me home", "how long is the drive to Bern", "avoid tolls to Lyon"]
+    det = ScopeDetector(encoder=None, reader="values", family_scales=True)
+    det.partial_fit(music, "music")
+    det.partial_fit(maps, "maps")
+    mw, sw, _, _ = det._training_scales()
+    assert len(music) >= MIN_FAMILY_SCORES > len(maps)
+    own = det.train_scores_["music"]
+    assert mw[0] == pytest.approx(np.median(own))  # its own median
+    pooled = np.concatenate([det.train_scores_["music"], det.train_scores_["maps"]])
+    assert mw[1] == pytest.approx(np.median(pooled[np.isfinite(pooled)]))  # too few of its own: pooled

@@ -1008,9 +1008,14 @@ def skill_statistics_kept(max_resident: int | None) -> int:
 
 
 def default_scope_params(params: dict | None = None) -> dict:
-    """A new bank's scope settings, ``params`` over the defaults: the shipped encoder and, where the gate has
-    an encoder and the value reader, the shipped outlier corpus, one discriminant per category of it."""
+    """A new bank's scope settings, ``params`` over the defaults: the shipped encoder, short values read as the
+    families' objects (the value reader), each family's scores standardised by its own training scores, and, where the gate has an encoder and the value reader, the shipped
+    outlier corpus, one discriminant per category of it."""
     params = {"encoder": DEFAULT_ENCODER, **(params or {})}
+    if params.get("reader", "values") == "values":
+        params.setdefault("objects", True)  # short values that name a family's objects are evidence for it
+    # each family's scores on its own scale: a family of 85 varied requests is not judged by 1,000 template ones
+    params.setdefault("family_scales", True)
     if params["encoder"] is not None and params.get("reader", "values") == "values":
         params.setdefault("outliers", OUTLIER_CORPUS)
     if params.get("outliers") is not None:

@@ -70,6 +70,7 @@ training scores sit among off-domain ones, so a larger ``quantile`` suits such f
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -99,6 +100,10 @@ TAIL_QUANTILE = 0.05
 # when no family uses it; a rarer word that no family uses adds nothing (about 1 in 10,000 words: "weather").
 COMMON_WORD = 1e-4
 SCOPE_NEGATIVES = "scope-negatives.json"
+# family_scales=True: a family standardises its scores by its own training scores when it has at least this many
+MIN_FAMILY_SCORES = 20
+# objects=True: the words of a short value the word statistics read (letters only, as the hasher's words)
+_OBJECT_WORD = re.compile(r"[^\W\d_]{2,}", re.UNICODE)
 #: A request is refused when its best family's negatives explain it better than the family by this much (the gate's
 #: common scale: 1 is the distance from the median training score down to its 5% tail, per expert).
 NEGATIVE_MARGIN = 0.25
@@ -190,12 +195,18 @@ class ScopeDetector:
     outlier_categories : one discriminant per category of the corpus (its lines' ``"category"``; categories
         of fewer than ten requests pooled), a request scored by the one it looks likest to, instead of one
         discriminant against the whole corpus (False: what states saved before this option hold).
+    objects : the word statistics also read the words of short values ("dishwasher"): at learning time every such
+        word of the gold values, at plan time those some family holds. A request like "dishwasher @ 3am" is then
+        read by what it names rather than refused for having no words (False: states saved before it).
+    family_scales : each family's scores are standardised by its own leave-one-out training scores (median and
+        5% tail) instead of every family's pooled, so a small family with varied requests is not judged on the
+        scale of large template families (False: states saved before it).
     """
 
     def __init__(self, lam: float = 0.5, quantile: float = 0.01, n_features: int = 2**18, language: str = "en",
                  encoder: str | None = "minilm", reader: str = "values", outliers: str | None = None,
                  outlier_shrinkage: float = 0.8, outlier_weight: float = 1.0, outlier_refusal: float = 0.9,
-                 outlier_categories: bool = False):
+                 outlier_categories: bool = False, objects: bool = False, family_scales: bool = False):
         if not 0 < lam < 1:
             raise ScopeError(f"scope lam must be in (0, 1), got {lam!r}")
         if not 0 <= quantile < 0.5:
@@ -224,6 +235,14 @@ class ScopeDetector:
         self.outliers, self.outlier_shrinkage = outliers, float(outlier_shrinkage)
         self.outlier_weight, self.outlier_refusal = float(outlier_weight), float(outlier_refusal)
         self.outlier_categories = outlier_categories
+        if not isinstance(objects, bool):
+            raise ScopeError(f"scope objects must be true or false, got {objects!r}")
+        if objects and reader != "values":
+            raise ScopeError("scope objects need the value reader")
+        self.objects = objects
+        if not isinstance(family_scales, bool):
+            raise ScopeError(f"scope family_scales must be true or false, got {family_scales!r}")
+        self.family_scales = family_scales
         # With outliers: the corpus (its requests and their embeddings, kept so that scores do not move when
         # skillbank ships another corpus) and per family the sum of its requests' squared embeddings, (d,)
         # (counts and sums are embedding_count_ / embedding_sum_): the discriminant keeps each family's
@@ -265,6 +284,7 @@ class ScopeDetector:
         self._unit_means = None  # (n_prototypes, d) unit mean embeddings, and each one's family index
         self._known = None  # (n_features,) 1 where a word counts against a family that never uses it
         self._outside = None  # (the parts' names, their (w, b, half), the corpus's out-of-fold scores)
+        self._seen = None  # (n_features,) True where some family's word statistics hold the word (objects=True)
 
     def get_params(self) -> dict:
         params = {"lam": self.lam, "quantile": self.quantile, "n_features": self.n_features,
@@ -274,6 +294,10 @@ class ScopeDetector:
                           outlier_weight=self.outlier_weight, outlier_refusal=self.outlier_refusal)
             if self.outlier_categories:  # absent when off: the parameters of states saved before it stay as saved
                 params["outlier_categories"] = True
+        if self.objects:  # absent when off, as outlier_categories
+            params["objects"] = True
+        if self.family_scales:
+            params["family_scales"] = True
         return params
 
     @property
@@ -294,6 +318,7 @@ class ScopeDetector:
 
     def _reset_derived(self) -> None:
         self._weights = self._threshold = self._scales = self._unit_means = self._known = self._outside = None
+        self._seen = None
 
     def check_encoder(self) -> None:
         """Fail now, not after a shard's training, when the shipped encoder this detector needs is missing."""
@@ -330,11 +355,27 @@ class ScopeDetector:
             return [MaskedRequest(r, ()) for r in requests]
         return [mask(r, self.vocabulary_) for r in requests]
 
-    def _texts(self, masked: Sequence[MaskedRequest]) -> tuple[list[str], list[str]]:
-        """(what the word statistics read, what the encoder reads)."""
+    def _texts(self, masked: Sequence[MaskedRequest], fitting: bool = False) -> tuple[list[str], list[str]]:
+        """(what the word statistics read, what the encoder reads). With ``objects``, the word statistics also read
+        the words of short values ("dishwasher" in "start the dishwasher at 3am"): a value that names what a family
+        acts on is evidence for it. When ``fitting``, every such word of the gold values; at plan time only those
+        some family's statistics hold (an unknown name must not count against every family)."""
         if self.reader == "raw":
             return [m.request for m in masked], [m.request for m in masked]
-        return [m.intent for m in masked], [m.prose for m in masked]
+        if not self.objects:
+            return [m.intent for m in masked], [m.prose for m in masked]
+        words = []
+        for m in masked:
+            names = [w.lower() for s in m.spans if s.kind == "name" for w in _OBJECT_WORD.findall(s.text)]
+            if not fitting and names:
+                names = [w for w in names if self._seen_word(w)]
+            words.append(" ".join([m.intent, *names]))
+        return words, [m.prose for m in masked]
+
+    def _seen_word(self, word: str) -> bool:
+        if self._seen is None:
+            self._seen = np.asarray(self.counts_.sum(axis=0)).ravel() > 0 if self.classes_ else np.zeros(0, bool)
+        return bool(len(self._seen)) and bool(self._seen[self._vec.index(word)])
 
     # -- learning ----------------------------------------------------------------------------
     def partial_fit(self, requests: Sequence[str], label: str, catalog_docs: Sequence[str] = (),
@@ -371,12 +412,12 @@ class ScopeDetector:
             own = self.vocabulary_.family(label)
         else:
             masked = [MaskedRequest(r, ()) for r in requests]
-        word_texts, prose = self._texts(masked)
+        word_texts, prose = self._texts(masked, fitting=True)
         # the text each request's leave-one-out score is computed on
         styled = [c if c else r for r, c in zip(requests, calibration)] if calibration is not None else None
         cal_masked = (None if styled is None else [mask(r, own) for r in styled] if self.reader == "values"
                       else [MaskedRequest(r, ()) for r in styled])
-        cal_words, cal_prose = self._texts(cal_masked) if styled is not None else (word_texts, prose)
+        cal_words, cal_prose = self._texts(cal_masked, fitting=True) if styled is not None else (word_texts, prose)
         embeddings = self._embed(prose) if self.encoder is not None else None
         cal_embeddings = (self._embed(cal_prose) if self.encoder is not None and styled is not None
                           else embeddings)
@@ -473,7 +514,7 @@ class ScopeDetector:
                              "scope_params encoder=None or reader='raw' cannot use them)")
         own = self.vocabulary_.family(label) if label in self.vocabulary_.classes_ else None
         masked = [mask(n.request, own) for n in negatives]
-        words, prose = self._texts(masked)
+        words, prose = self._texts(masked, fitting=True)
         self.negative_counts_[label] = sp.csr_matrix(self._vec.transform(words).sum(axis=0))
         self.negative_embeddings_[label] = self._embed(prose).astype(np.float32)
         self.negatives_[label] = negatives
@@ -510,8 +551,8 @@ class ScopeDetector:
             sims = (N / np.maximum(np.linalg.norm(N, axis=1, keepdims=True), 1e-12)) @ E[j]
             k = int(np.argmax(sims))
             words_score = float(cnt @ word) if len(idx) else -np.inf
-            neg[i] = float(self._combine(np.array([words_score]), np.array([sims[k]]))[0])
-            own[i] = float(self._combine(np.array([word_own[j, c]]), np.array([emb_own[j, c]]))[0])
+            neg[i] = float(self._combine(np.array([words_score]), np.array([sims[k]]), [c])[0])
+            own[i] = float(self._combine(np.array([word_own[j, c]]), np.array([emb_own[j, c]]), [c])[0])
             closest[i] = self.negatives_[label][k]
         return neg, own, closest
 
@@ -618,8 +659,10 @@ class ScopeDetector:
         return self
 
     # -- reading -----------------------------------------------------------------------------
-    def _training_scales(self) -> tuple[tuple[float, float], tuple[float, float]]:
-        """(median, scale) of the word and of the embedding leave-one-out training scores."""
+    def _training_scales(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per family (in ``classes_`` order), the (median, scale) of the word and of the embedding leave-one-out
+        training scores: its own with ``family_scales`` (when it has ``MIN_FAMILY_SCORES`` of them), else those
+        of every family pooled."""
         if self._scales is None:
             def median_and_tail(values):
                 v = values[np.isfinite(values)]
@@ -628,12 +671,28 @@ class ScopeDetector:
                 median = float(np.median(v))
                 # a floor: identical training scores (one request, copies) must not divide by zero
                 return median, max(median - float(np.quantile(v, TAIL_QUANTILE)), 1e-6)
-            self._scales = (median_and_tail(np.concatenate(list(self.train_scores_.values()))),
-                            median_and_tail(np.concatenate(list(self.train_embedding_scores_.values()))))
+            words = median_and_tail(np.concatenate(list(self.train_scores_.values())))
+            embedding = (median_and_tail(np.concatenate(list(self.train_embedding_scores_.values())))
+                         if self.train_embedding_scores_ else (0.0, 1.0))
+            rows = []
+            for k in self.classes_:
+                own_w, own_e = self.train_scores_[k], self.train_embedding_scores_.get(k, np.zeros(0))
+                if (self.family_scales and np.isfinite(own_w).sum() >= MIN_FAMILY_SCORES
+                        and (self.encoder is None or np.isfinite(own_e).sum() >= MIN_FAMILY_SCORES)):
+                    rows.append((*median_and_tail(own_w), *(median_and_tail(own_e) if self.encoder is not None
+                                                            else (0.0, 1.0))))
+                else:
+                    rows.append((*words, *embedding))
+            self._scales = tuple(np.array(col, dtype=float) for col in zip(*rows))
         return self._scales
 
-    def _combine(self, words: np.ndarray, embedding: np.ndarray) -> np.ndarray:
-        (mw, sw), (me, se) = self._training_scales()
+    def _combine(self, words: np.ndarray, embedding: np.ndarray, families: np.ndarray | None = None) -> np.ndarray:
+        """The two experts' standardised scores averaged: ``words`` and ``embedding`` are (n, n_classes), or, given
+        ``families`` (each element's family index), of any shape matching it."""
+        mw, sw, me, se = self._training_scales()
+        if families is not None:
+            families = np.asarray(families, dtype=int)
+            mw, sw, me, se = mw[families], sw[families], me[families], se[families]
         return 0.5 * (words - mw) / sw + 0.5 * (embedding - me) / se
 
     def training_scores(self) -> np.ndarray:
@@ -645,9 +704,10 @@ class ScopeDetector:
         if self.encoder is None:
             return words
         embedding = np.concatenate([self.train_embedding_scores_[k] for k in self.classes_])
-        (mw, sw), _ = self._training_scales()
+        owner = np.concatenate([np.full(len(self.train_scores_[k]), c) for c, k in enumerate(self.classes_)])
+        mw, sw, _, _ = self._training_scales()
         # A family's only request has no leave-one-out embedding score: its words stand for both experts.
-        return np.where(np.isnan(embedding), (words - mw) / sw, self._combine(words, embedding))
+        return np.where(np.isnan(embedding), (words - mw[owner]) / sw[owner], self._combine(words, embedding, owner))
 
     @property
     def threshold_(self) -> float:
