@@ -9,7 +9,9 @@ hand-written development sets, each reported on its own.
 With ``--gates`` the same plans are also counted under other gates: scope detectors fitted on the demo
 stream's training requests of the bank's families with bench/scope.py's settings (``values``: the value
 reader, what banks made from 2026-12-03 hold; ``outliers-one``: plus one discriminant against the outlier corpus;
-``outliers``: one per category of it, a new bank's), so that one generation pass prices each.
+``outliers``: one per category of it, a bank's of 2026-12-06; ``new``: plus short values read as the families'
+objects and each family on its own scale, a new bank's; ``new+negatives``: plus the built-in families' negatives),
+so that one generation pass prices each.
 
 Next to the bank's own router it also scores FSM's lexical Address Memory (``hashing-nb``, fitted on the same
 training requests, stage by stage): a request it routes elsewhere is planned again by the shard it picks
@@ -74,10 +76,32 @@ def other_gates(bank, names: list[str]) -> dict:
 
     from skillbank.experiments.scope import detector_for_stream
     _, stream = demo_stream()
-    unknown = [n for n in names if n not in GATES]
+    gates = {**GATES, **NEW_GATES}
+    unknown = [n for n in names if n not in gates and n != NEGATIVES_GATE]
     if unknown:
-        raise SystemExit(f"unknown gate(s) {unknown}; choose from {sorted(GATES)}")
-    return {n: detector_for_stream(stream, families=bank.shard_names, **GATES[n]) for n in names}
+        raise SystemExit(f"unknown gate(s) {unknown}; choose from {sorted([*gates, NEGATIVES_GATE])}")
+    out = {}
+    for n in names:
+        if n != NEGATIVES_GATE:
+            out[n] = detector_for_stream(stream, families=bank.shard_names, **gates[n])
+            continue
+        # a new bank's gate holding the built-in negatives (30+ a family: nothing synthesized, as learn does)
+        from skillbank.data.negatives import read_negatives
+        from skillbank.memory.bank import family_negatives
+        det = detector_for_stream(stream, families=bank.shard_names, **NEW_GATES["new"])
+        given = read_negatives(Path(__file__).resolve().parents[1] / "src" / "skillbank" / "resources" / "negatives"
+                               / "builtin.jsonl")
+        for k in det.classes_:
+            specs = [stream.catalog.skills[s].to_dict() for s in stream.catalog.family(k).skills]
+            det.fit_negatives(k, family_negatives(k, specs, stream.train[k], [g for g in given if g.family == k]))
+        out[n] = det
+    return out
+
+
+#: A new bank's gate since 2026-12-07 (short values read as objects, each family on its own scale); with
+#: ``new+negatives`` it also holds the built-in families' negatives.
+NEW_GATES = {"new": {"reader": "values", "outliers": "builtin", "objects": True, "family_scales": True}}
+NEGATIVES_GATE = "new+negatives"
 
 
 def main() -> None:
@@ -87,7 +111,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--gates", default="", help="comma-separated gates to price besides the bank's own: "
-                    "values, outliers-one, outliers, raw")
+                    "values, outliers-one, outliers, raw, new, new+negatives")
     args = ap.parse_args()
     if (args.bank is None) == (args.make is None):
         ap.error("give exactly one of --bank, --make")

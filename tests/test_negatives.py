@@ -156,6 +156,11 @@ def test_a_bank_learns_a_family_with_its_negatives_and_lists_them(tmp_path, tiny
     assert len(held) == len(given)
     [verdict] = bank.check_scope([given[0].request])
     assert verdict.in_scope is False and "has no skill for this" in verdict.reason
+    [plan] = bank.plan([given[0].request], explain=True, max_new_tokens=4)
+    assert plan.out_of_scope and plan.shard is None and "has no skill for this" in plan.reason
+    closest = plan.explain["closest_negative"]
+    assert closest["request"] == given[0].request and closest["kind"] == given[0].kind
+    assert closest["own_minus_negatives"] < -0.25
     reopened = SkillBank.open_offline(tmp_path / "bank")
     assert [n.id for n in reopened.scope.negatives_["home_energy"]] == [n.id for n in held]
 
@@ -187,6 +192,8 @@ def test_a_bank_without_negatives_says_how_to_add_them(tmp_path, tiny_model_dir)
     assert "home_energy" not in bank.scope.negatives_
     res = CliRunner().invoke(app, ["scope", "negatives", str(tmp_path / "bank"), "home_energy"])
     assert res.exit_code == 0 and "has no negatives" in res.output and "--add" in res.output
+    res = CliRunner().invoke(app, ["info", str(tmp_path / "bank")])
+    assert res.exit_code == 0 and "none for home_energy" in res.output and "--add" in res.output
 
 
 def test_a_request_of_the_familys_objects_alone_is_read_not_refused_for_lack_of_words():

@@ -240,7 +240,9 @@ class Planner:
         an outlier corpus adds ``outside``: how like the learned families (+1: their mean) rather than like
         requests no skill serves (-1: the corpus's mean) the request's embedding is, and with one discriminant
         per corpus category ``outside_like``: where ``outside`` is below 0, the category it looks likest to (its
-        ``outside`` is that one's), else None."""
+        ``outside`` is that one's), else None. A family with negatives adds ``closest_negative``: its negative
+        likest to the request (kind, source, request) and its own score minus its negatives' (refused below
+        -0.25: :data:`~skillbank.memory.scope.NEGATIVE_MARGIN`)."""
         bank, v = self.bank, decision.verdict
         out = {"scope_margin": decision.scope_margin, "scope_family": v.family if v is not None else None, "top_families": [], "counted_words": [],
                "values": [], "context": [], "top_skills": []}
@@ -268,6 +270,14 @@ class Planner:
                     # category for 66% of requests (other services' tools 98%, injections 83%, questions 34%;
                     # scripts/scope_outside_like.py)
                     out["outside_like"] = like[0] if score[0] < 0 else None
+            if v.family in bank.scope.negatives_:
+                # the family's negative closest to the request, and by how much the family's own statistics beat
+                # its negatives' (below -NEGATIVE_MARGIN the request was refused for looking like them)
+                c = bank.scope.classes_.index(v.family)
+                neg, own, closest = bank.scope.negative_scores([masked], [c])
+                out["closest_negative"] = {"kind": closest[0].kind, "source": closest[0].source,
+                                           "request": closest[0].request,
+                                           "own_minus_negatives": round(float(own[0] - neg[0]), 3)}
         return out
 
     # -- all four, in this process ------------------------------------------------------------------

@@ -79,6 +79,13 @@ def info(bank: Path = typer.Argument(..., help="The bank."), as_json: bool = typ
                                f"words + sentence encoder {scope['params']['encoder']}") + ")")
                      if scope and set(scope["families"]) == {s["name"] for s in data["shards"]} else
                      "off (`skillbank scope fit` adds it)"))
+        if scope and scope.get("negatives"):
+            counts = scope["negatives"]
+            bare = [f for f, c in counts.items() if not c["given"] and not c["synthesized"]]
+            out.print("negatives (what each family refuses): " + ", ".join(
+                f"{f} {c['given']} given + {c['synthesized']} synthesized" for f, c in counts.items() if f not in bare)
+                + (("; " if len(bare) < len(counts) else "") + f"none for {', '.join(bare)} (`skillbank scope negatives "
+                   f"{bank} FAMILY --add NEG.jsonl` gives them some)" if bare else ""), highlight=False, soft_wrap=True)
         table = Table()
         for col in ("#", "shard", "skills", "format", "examples", "train s", "created"):
             table.add_column(col)

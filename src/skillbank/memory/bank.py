@@ -1033,6 +1033,12 @@ def bank_info(path: str | Path, *, verify: bool = False) -> dict:
     if manifest.address_dir and ScopeDetector.exists(root / manifest.address_dir):
         meta = read_json(root / manifest.address_dir / "scope.json", BankError, what="scope detector")
         scope = {"params": meta.get("params"), "families": meta.get("classes")}
+        negatives_file = root / manifest.address_dir / "scope-negatives.json"
+        held = read_json(negatives_file, BankError, what="scope negatives") if negatives_file.is_file() else {}
+        # per family: how many negatives the gate holds, given and synthesized (0 and 0: none, e.g. an older bank)
+        scope["negatives"] = {f: {"given": sum(n.get("source", "given") == "given" for n in held.get(f, [])),
+                                  "synthesized": sum(n.get("source") == "synthesized" for n in held.get(f, []))}
+                              for f in (meta.get("classes") or [])}
     extra = {"verified": True, "problems": shard_problems(root, manifest)} if verify else {}
     return {"root": str(root), "format": manifest.format, "base": manifest.base, **extra,
             "address": {"kind": manifest.address_kind, "params": manifest.address_params, "dir": manifest.address_dir,

@@ -124,7 +124,9 @@ class PlanResult(BaseModel):
                                                                 "prior), and for a gate with an outlier corpus "
                                                                 "outside (+1: like the learned families' mean, -1: "
                                                                 "like the corpus's) with outside_like, the corpus "
-                                                                "category it is likest to where outside < 0")
+                                                                "category it is likest to where outside < 0; for a "
+                                                                "family with negatives closest_negative {kind, "
+                                                                "source, request, own_minus_negatives}")
 
 
 class PlanResponse(BaseModel):
