@@ -285,6 +285,7 @@ class ScopeDetector:
         self._known = None  # (n_features,) 1 where a word counts against a family that never uses it
         self._outside = None  # (the parts' names, their (w, b, half), the corpus's out-of-fold scores)
         self._seen = None  # (n_features,) True where some family's word statistics hold the word (objects=True)
+        self._negatives = None  # label -> its negatives as scoring reads them (_negative_stats)
 
     def get_params(self) -> dict:
         params = {"lam": self.lam, "quantile": self.quantile, "n_features": self.n_features,
@@ -318,7 +319,7 @@ class ScopeDetector:
 
     def _reset_derived(self) -> None:
         self._weights = self._threshold = self._scales = self._unit_means = self._known = self._outside = None
-        self._seen = None
+        self._seen = self._negatives = None
 
     def check_encoder(self) -> None:
         """Fail now, not after a shard's training, when the shipped encoder this detector needs is missing."""
@@ -521,10 +522,12 @@ class ScopeDetector:
         return self
 
     def negative_scores(self, requests: Sequence[str] | Sequence[MaskedRequest], families: Sequence[int],
-                        embeddings: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, list]:
+                        embeddings: np.ndarray | None = None,
+                        parts: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, list]:
         """Per request, (the score against ``families[i]``'s negatives, the score against that family itself, both
-        on :meth:`score`'s common scale without the outlier term, and the closest negative or None): -inf where the
-        family has no negatives."""
+        on :meth:`score`'s common scale without the outlier term, and the closest negative or None): -inf and +inf
+        where the family has no negatives. ``embeddings`` and ``parts`` (the word and embedding scores of every
+        family, (n, n_classes) each) are the requests', when :meth:`verdicts` has them already."""
         masked = self._as_masked(requests)
         neg = np.full(len(masked), -np.inf)
         own = np.full(len(masked), np.inf)
@@ -536,25 +539,40 @@ class ScopeDetector:
         words_text, prose = self._texts(sub)
         X = self._vec.transform(words_text).tocsr()
         E = self._embed(prose) if embeddings is None else embeddings[wanted]
-        word_own = self.word_scores(sub)
-        emb_own = self._embedding_scores_of(E)
-        bg = self.background_.astype(float)
+        if parts is None:
+            word_own, emb_own = self.word_scores(sub), self._embedding_scores_of(E)
+        else:
+            word_own, emb_own = parts[0][wanted], parts[1][wanted]
+        bg = self.background_
         for j, i in enumerate(wanted):
             c = families[i]
             label = self.classes_[c]
-            counts = self.negative_counts_[label].toarray().ravel()
+            where, counts, total, unit = self._negative_stats(label)
             idx, cnt = X.indices[X.indptr[j]:X.indptr[j + 1]], X.data[X.indptr[j]:X.indptr[j + 1]]
-            p = counts[idx] / max(counts.sum(), 1e-300)
-            word = np.log(self.lam * p / bg[idx] + (1 - self.lam))
-            word = np.where((counts[idx] > 0) | (bg[idx] >= COMMON_WORD), word, 0.0)  # as the families' word scores
-            N = self.negative_embeddings_[label].astype(np.float64)
-            sims = (N / np.maximum(np.linalg.norm(N, axis=1, keepdims=True), 1e-12)) @ E[j]
+            at = np.minimum(np.searchsorted(where, idx), len(where) - 1)
+            n = np.where(where[at] == idx, counts[at], 0.0)
+            word = np.log(self.lam * n / total / bg[idx].astype(float) + (1 - self.lam))
+            word = np.where((n > 0) | (bg[idx] >= COMMON_WORD), word, 0.0)  # as the families' word scores
+            sims = unit @ E[j]
             k = int(np.argmax(sims))
             words_score = float(cnt @ word) if len(idx) else -np.inf
             neg[i] = float(self._combine(np.array([words_score]), np.array([sims[k]]), [c])[0])
             own[i] = float(self._combine(np.array([word_own[j, c]]), np.array([emb_own[j, c]]), [c])[0])
             closest[i] = self.negatives_[label][k]
         return neg, own, closest
+
+    def _negative_stats(self, label: str) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+        """A family's negatives as scoring reads them (kept until the next update): the hashed words they use
+        (sorted) and their counts, the total count, and their unit embeddings."""
+        if self._negatives is None:
+            self._negatives = {}
+        if label not in self._negatives:
+            row = self.negative_counts_[label].tocsr()
+            order = np.argsort(row.indices)
+            N = self.negative_embeddings_[label].astype(np.float64)
+            self._negatives[label] = (row.indices[order], row.data[order].astype(float), max(float(row.data.sum()), 1e-300),
+                                      N / np.maximum(np.linalg.norm(N, axis=1, keepdims=True), 1e-12))
+        return self._negatives[label]
 
     def forget(self, label: str) -> "ScopeDetector":
         """Remove a family exactly (its rows of statistics and its training scores)."""
@@ -894,16 +912,18 @@ class ScopeDetector:
         family: it says whether the request is like any learned family, not which)."""
         return self._scores(self._as_masked(requests))[0]
 
-    def _scores(self, masked: Sequence[MaskedRequest]) -> tuple[np.ndarray, np.ndarray | None]:
-        """(:meth:`score`, the requests' embeddings or None without an encoder)."""
+    def _scores(self, masked: Sequence[MaskedRequest]) -> tuple[np.ndarray, np.ndarray | None, tuple | None]:
+        """(:meth:`score`, the requests' embeddings, (the word scores, the embedding scores)), the last two None
+        without an encoder."""
         words = self.word_scores(masked)
         if self.encoder is None:
-            return words, None
+            return words, None, None
         embeddings = self._embed(self._texts(masked)[1])  # once for every expert
-        scores = self._combine(words, self._embedding_scores_of(embeddings))
+        cosines = self._embedding_scores_of(embeddings)
+        scores = self._combine(words, cosines)
         if self.outliers is not None:
             scores = scores + self.outlier_weight * self._outside_of(embeddings)[:, None]
-        return scores, embeddings
+        return scores, embeddings, (words, cosines)
 
     def decision_function(self, requests: Sequence[str]) -> np.ndarray:
         """The request's best family score minus the threshold, or, where the best family has negatives and they
@@ -915,12 +935,12 @@ class ScopeDetector:
         """(:meth:`decision_function`, the scores (n_requests, n_classes), per request the closest negative of its
         best family where the negatives refuse it, else None)."""
         masked = self._as_masked(requests)
-        scores, embeddings = self._scores(masked)
+        scores, embeddings, parts = self._scores(masked)
         best = scores.argmax(axis=1)
         decision = scores.max(axis=1) - self.threshold_
         refused_by: list = [None] * len(masked)
         if self.negatives_:
-            neg, own, closest = self.negative_scores(masked, list(best), embeddings)
+            neg, own, closest = self.negative_scores(masked, list(best), embeddings, parts)
             with np.errstate(invalid="ignore"):
                 by_negatives = own + NEGATIVE_MARGIN - neg  # +inf where the best family has no negatives
             by_negatives[np.isnan(by_negatives)] = np.inf  # no words on either side: the families' score decides
