@@ -5,13 +5,16 @@ Teaches an example family (``examples/<name>``: ``records.jsonl`` and ``tools.js
 (``skillbank.data.compose``), then plans the family's frozen in-domain set (``tests/fixtures/frozen/<name>_indomain.jsonl``,
 written by someone shown only the catalog; no setting is chosen on it). One generation pass a request with the
 gate off (every request planned; the gate's verdict is still reported), so "gate on" is the same plans with every
-refused request counted a miss. Printed per variant: graph EM gate on / off, tool choice, argument-value F1, EM by
+refused request counted a miss; the family's negatives (``examples/<name>/negatives.jsonl``) are given to its
+gate, and with ``--refuse on`` its executor is also trained to refuse them, then the family's frozen off-domain set
+is planned too: refused by the gate, by the executor, by either. Printed per variant: graph EM gate on / off, tool choice, argument-value F1, EM by
 structure (single / chain / DAG), route accuracy (the family's own shard chosen, K = 6), learning time. With
 ``--records 20,40`` the records are subsampled (seeded, every structure kept in proportion) for the curve of EM
 against the number of records.
 
     .venv/bin/python bench/own_family.py --family home_energy --compose off,on --out results/own-family
     .venv/bin/python bench/own_family.py --family dev_tools --demo-bank runs/demo/methods/fsm/bank
+    .venv/bin/python bench/own_family.py --compose off --refuse off,on --into new   # the executor's second opinion
 
 Each variant's figures are written to ``--out`` (JSON) with the command and the CPU; ``--rows`` adds every
 request's plan and score.
@@ -76,9 +79,30 @@ def score(plans, gold_records, family: str) -> dict:
     return out, rows
 
 
+def refusals(bank, family: str) -> dict:
+    """The gate's and the executor's refusals of the family's frozen off-domain set (near misses apart); the
+    executor plans every request (scope=False), so its verdict is known for those the gate refuses too."""
+    off = [json.loads(line) for line in (ROOT / "tests" / "fixtures" / "frozen" / f"{family}_offdomain.jsonl")
+           .read_text().splitlines() if line.strip()]
+    requests = [r["request"] for r in off]
+    gate = [v.in_scope is False for v in bank.check_scope(requests)]
+    plans = bank.plan(requests, scope=False)
+    executor = ["executor has no skill" in (p.reason or "") for p in plans]
+    near = [r.get("category") == "near_miss" for r in off]
+
+    def pct(flags, where=None):
+        chosen = [f for f, w in zip(flags, where or [True] * len(flags)) if w]
+        return round(100 * sum(chosen) / len(chosen), 1) if chosen else None
+    either = [a or b for a, b in zip(gate, executor)]
+    return {"n_off": len(off), "n_near": sum(near), "gate": pct(gate), "executor": pct(executor),
+            "gate_or_executor": pct(either), "near_gate": pct(gate, near), "near_executor": pct(executor, near),
+            "near_gate_or_executor": pct(either, near)}
+
+
 def variant(family: str, records: list, catalog, gold: list, *, compose: bool, demo_bank: Path | None,
-            work: Path, name: str) -> dict:
+            work: Path, name: str, refuse: bool = False) -> dict:
     from skillbank.data.compose import Compose
+    from skillbank.data.negatives import read_negatives
     from skillbank.memory.bank import SkillBank
 
     bank_dir = work / name
@@ -88,7 +112,10 @@ def variant(family: str, records: list, catalog, gold: list, *, compose: bool, d
     else:
         bank = SkillBank.create(bank_dir)
     t0 = time.perf_counter()
-    entry = bank.learn(family, records, catalog=catalog, compose=Compose() if compose else None)
+    negatives_file = ROOT / "examples" / family / "negatives.jsonl"
+    negatives = read_negatives(negatives_file) if negatives_file.is_file() else None
+    entry = bank.learn(family, records, catalog=catalog, compose=Compose() if compose else None, negatives=negatives,
+                       executor_refuses=refuse)
     learn_s = time.perf_counter() - t0
     del bank
     planner = SkillBank.open(bank_dir)
@@ -96,7 +123,11 @@ def variant(family: str, records: list, catalog, gold: list, *, compose: bool, d
     plans = planner.plan([r.request for r in gold], scope=False)
     plan_s = time.perf_counter() - t0
     figures, rows = score(plans, gold, family)
+    figures["executor_refused_in_domain"] = round(100 * sum("executor has no skill" in (p.reason or "") for p in plans)
+                                                  / len(plans), 1)
+    figures["off_domain"] = refusals(planner, family)
     figures.update({"variant": name, "records": len(records), "compose": compose, "k": len(planner.shard_names),
+                    "executor_refuses": refuse, "refusal": entry.training.get("refusal"),
                     "learn_seconds": round(learn_s, 1), "plan_seconds": round(plan_s, 1),
                     "train_examples": entry.training["examples"], "final_loss": entry.training["final_loss"],
                     "augmentation": entry.training.get("augmentation"), "lineage": entry.lineage})
@@ -108,6 +139,8 @@ def main() -> None:
     ap.add_argument("--family", default="home_energy", help="an example family: examples/<family>/")
     ap.add_argument("--compose", default="off,on", help="comma list of off/on")
     ap.add_argument("--records", default="all", help="comma list of record counts (all: every record)")
+    ap.add_argument("--refuse", default="off", help="comma list of off/on: the executor also trained to refuse "
+                    "the family's negatives (examples/<family>/negatives.jsonl, always given to the gate)")
     ap.add_argument("--demo-bank", type=Path, default=None, help="also teach it into a copy of this bank (K = 6)")
     ap.add_argument("--into", default="new,demo", help="which banks: new (a new bank), demo (a copy of --demo-bank)")
     ap.add_argument("--out", type=Path, default=None, help="write the figures here (JSON)")
@@ -133,17 +166,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="own-family-") as tmp:
         for where, bank in targets:
             for n in counts:
-                for mode in args.compose.split(","):
-                    name = f"{where}-{n}-compose-{mode}"
+                for mode, refuse in [(m, r) for m in args.compose.split(",") for r in args.refuse.split(",")]:
+                    name = f"{where}-{n}-compose-{mode}" + ("-refuse" if refuse == "on" else "")
                     figures, rows = variant(args.family, subsample(records, n), catalog, gold, compose=mode == "on",
-                                            demo_bank=bank, work=Path(tmp), name=name)
+                                            demo_bank=bank, work=Path(tmp), name=name, refuse=refuse == "on")
                     results.append(figures)
                     all_rows[name] = rows
                     print(f"{name:<28} K={figures['k']} EM gate on/off {figures['em_gate_on']}/{figures['em_gate_off']}"
                           f" (single {figures['em_single']}, chain {figures['em_chain']}, dag {figures['em_dag']}); "
                           f"tool {figures['tool_choice']}, arg F1 {figures['arg_f1']}, kept {figures['kept']}, "
                           f"route {figures['route']}; learn {figures['learn_seconds']} s "
-                          f"({figures['train_examples']} examples, loss {figures['final_loss']:.3f})", flush=True)
+                          f"({figures['train_examples']} examples, loss {figures['final_loss']:.3f}); executor "
+                          f"refused {figures['executor_refused_in_domain']}% in domain; off domain "
+                          f"{figures['off_domain']}", flush=True)
     meta = {"command": " ".join(sys.argv), "cpu": cpu_identity(), "date": time.strftime("%Y-%m-%d")}
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -229,3 +229,43 @@ def test_family_scales_put_each_family_on_its_own_training_scale():
     assert mw[0] == pytest.approx(np.median(own))  # its own median
     pooled = np.concatenate([det.train_scores_["music"], det.train_scores_["maps"]])
     assert mw[1] == pytest.approx(np.median(pooled[np.isfinite(pooled)]))  # too few of its own: pooled
+
+
+def test_an_executor_trained_to_refuse_has_the_refusal_in_its_grammar_and_the_planner_answers_out_of_scope(
+        tmp_path, tiny_model_dir):
+    from types import SimpleNamespace
+
+    from skillbank.data.tool_formats import load_catalog
+    from skillbank.memory.bank import SkillBank
+    from skillbank.memory.refusal import MAX_SHARE, is_refusal
+    from skillbank.model.base import BaseModelConfig, load_base
+    from skillbank.model.serialization import decode
+    from skillbank.planner import Planner
+    from skillbank.train.executor import TrainConfig
+    records = read_records(HOME / "records.jsonl").records[:20]
+    cfg = TrainConfig(epochs=1, batch_size=8, rank=2, target_format="compact", seed=0)
+    base = load_base(BaseModelConfig(name=str(tiny_model_dir)), progress=False)
+    bank = SkillBank.create(tmp_path / "bank", base=base, scope_params={"outliers": None})
+    entry = bank.learn("home_energy", records, cfg, progress=False, init="fresh",
+                       catalog=load_catalog(HOME / "tools.json", "home_energy"),
+                       negatives=read_negatives(HOME / "negatives.jsonl"), executor_refuses=True)
+    refusal = entry.training["refusal"]
+    assert refusal == {"skill": entry.family_prefix + "no_skill", "records": int(MAX_SHARE * len(records))}
+    assert entry.training["examples"] == len(records) + refusal["records"]
+    assert refusal["skill"] not in entry.skills and bank.refusal_of("home_energy") == refusal["skill"]
+    from skillbank.memory.execution import read_skills_json, shard_grammar
+    g = shard_grammar(entry, read_skills_json(tmp_path / "bank" / entry.dir / "skills.json"), "skills.json")
+    assert '"no_skill"' in g.lark()
+    # the planner turns a plan that uses the refusal into out_of_scope, naming the family
+    parsed = decode("no_skill{}", "compact", entry.family_prefix)
+    assert is_refusal(parsed.graph, refusal["skill"])
+    planner = Planner(bank)
+    [decision] = planner.decide(["cancel the dishwasher run"], scope=False)
+    out = SimpleNamespace(parsed=parsed, text="no_skill{}", n_tokens=3, stopped=True, mean_logprob=-0.1)
+    plan = planner.settle(decision, out)
+    assert plan.out_of_scope and plan.graph is None and "home_energy executor has no skill" in plan.reason
+    # and a real generation under the shard's grammar goes through the same path (whatever the tiny model writes)
+    [real] = bank.plan(["cancel the dishwasher run"], scope=False, max_new_tokens=8)
+    wrote_refusal = real.raw.startswith("no_skill")
+    said_no = real.out_of_scope and real.graph is None and "executor has no skill" in (real.reason or "")
+    assert said_no == wrote_refusal

@@ -28,6 +28,7 @@ import numpy as np
 
 from skillbank.errors import BankError, RecordError
 from skillbank.memory.context import scene_sentences
+from skillbank.memory.refusal import is_refusal
 
 if TYPE_CHECKING:
     from skillbank.memory.scope import ScopeVerdict
@@ -53,6 +54,8 @@ class Bank(Protocol):
     def skill_priors(self, requests: Sequence[str], shards: Sequence[str], weight: float | None = None) -> list: ...
 
     def skill_address(self, family: str) -> Any: ...
+
+    def refusal_of(self, family: str) -> str | None: ...
 
 
 class RequestError(RecordError):
@@ -222,6 +225,12 @@ class Planner:
         if logprob is not None:
             logprob = round(float(logprob), 4)
             confidence["executor_logprob"] = logprob
+        if is_refusal(graph, self.bank.refusal_of(d.shard)):
+            # the second opinion: the gate let it through, the family's executor wrote its refusal skill
+            return Plan(d.request, None, d.routed, d.probabilities, out_of_scope=True,
+                        reason=f"the {d.shard} executor has no skill for this (it wrote its refusal)",
+                        confidence=confidence, raw=output.text, tokens=output.n_tokens, batch_size=batch_size,
+                        timings=timings, mean_logprob=logprob, explain=why)
         # Generated although out of scope (the caller turned refusal off): planned, and still flagged.
         return Plan(d.request, d.shard, d.routed, d.probabilities, d.out_of_scope,
                     v.reason if d.out_of_scope else None, confidence=confidence, valid=graph is not None,

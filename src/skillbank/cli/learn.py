@@ -184,6 +184,10 @@ def learn(
                                               "from the catalog and records (actions no skill performs on the "
                                               "family's objects, ...); default: when fewer than 30 are given. "
                                               "`skillbank scope negatives BANK FAMILY` lists them."),
+    executor_refuses: bool = typer.Option(False, "--executor-refuses", help="Also train the executor on the "
+                                          "negatives to write its refusal skill: a request the scope gate lets "
+                                          "through but the executor refuses is answered out of scope (the second "
+                                          "opinion; measured in docs/scope.md)."),
     threads: Optional[int] = threads_option(),
 ):
     """Learn a new skill family: train a LoRA on its records only, freeze it, update the Address Memory.
@@ -234,7 +238,7 @@ def learn(
         composition = Compose(max_new=compose_max)
     try:
         entry = sb.learn(family, v.records, cfg, catalog=cat, checkpoint=checkpoint, init=init, compose=composition,
-                         negatives=v.negatives, synthesize=synthesize)
+                         negatives=v.negatives, synthesize=synthesize, executor_refuses=executor_refuses)
     except KeyboardInterrupt:
         if checkpoint is not None and checkpoint.path.is_file():
             err.print(f"interrupted: the training so far is in {checkpoint.path}; run the same command again to "
@@ -249,6 +253,9 @@ def learn(
     if t.get("augmentation"):
         from skillbank.data.compose import summary_text
         err.print(summary_text(t["augmentation"]), markup=False, highlight=False, soft_wrap=True)
+    if t.get("refusal"):
+        err.print(f"the executor was also trained to refuse: {t['refusal']['records']} negatives with the target "
+                  f"{t['refusal']['skill']}", markup=False, highlight=False, soft_wrap=True)
     _say_negatives(sb, family, bank)
 
 

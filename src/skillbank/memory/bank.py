@@ -229,6 +229,7 @@ class SkillBank:
         # shard -> (its digest, skill statistics or None), the least recently used dropped: a shard's statistics
         # take ~7 MB in memory and are read again in milliseconds, so a process meeting many families stays flat
         self._skill_addresses: LRUCache = LRUCache(skill_statistics_kept(None))
+        self._refusals: dict[str, tuple] = {}  # family -> ((its shard dir, skills.json digest), refusal skill or None)
 
     @property
     def execution(self):
@@ -372,7 +373,8 @@ class SkillBank:
     def learn(self, family: str, records: Sequence[Record] | Sequence[dict] | str | Path, train_config=None, *,
               skills: Sequence[str] | None = None, catalog=None, progress: bool = True,
               pretrained: str | Path | None = None, checkpoint=None, init: str = DEFAULT_INIT,
-              compose=None, negatives=None, synthesize: bool | None = None) -> ShardEntry:
+              compose=None, negatives=None, synthesize: bool | None = None,
+              executor_refuses: bool = False) -> ShardEntry:
         """Train a LoRA on ``records`` only, freeze it, append it, update the Address Memory.
 
         records: Record objects (taken as they are: already validated when they were read), or dicts in
@@ -411,6 +413,9 @@ class SkillBank:
         synthesize: also write negatives from the catalog and records
             (:func:`~skillbank.data.negatives.synthesize_negatives`); None (default): when fewer than
             ``SYNTHESIZE_BELOW`` are given.
+        executor_refuses: also train the executor on the negatives to write the refusal skill
+            (:mod:`skillbank.memory.refusal`): a request the gate lets through but the executor refuses is answered
+            ``out_of_scope`` ("the <family> executor has no skill for this"). Needs negatives (given or synthesized).
         """
         check_family_name(family)
         if family in self.shard_names:
@@ -432,10 +437,23 @@ class SkillBank:
                 from skillbank.data.compose import compose_records
                 train_records, report = compose_records(records, compose)
                 augmentation = {"compose": compose.to_dict(), **report.to_dict()}
+            refusal = None
+            if executor_refuses:
+                from skillbank.memory.refusal import refusal_id, refusal_records
+                from skillbank.train.executor import common_prefix
+                negatives = family_negatives(family, specs, records, negatives, synthesize)
+                synthesize = False  # made once, here: the executor and the gate learn the same negatives
+                if not negatives:
+                    raise RecordError(f"executor_refuses needs negatives for {family!r} (give some, or let them be "
+                                      "synthesized)")
+                prefix = common_prefix(declared)
+                refusals = refusal_records(family, prefix, declared, negatives, len(records))
+                train_records = list(train_records) + refusals
+                refusal = {"skill": refusal_id(prefix), "records": len(refusals)}
             return self._publish_shard(family, records, cfg, declared, specs, progress=progress,
                                        pretrained=pretrained, checkpoint=checkpoint, start=start, lineage=lineage,
                                        train_records=train_records, augmentation=augmentation,
-                                       negatives=negatives, synthesize=synthesize)
+                                       negatives=negatives, synthesize=synthesize, refusal=refusal)
 
     def _family_inputs(self, family: str, records, catalog, skills, *, replacing: bool = False):
         """(catalog, records, declared skill ids, the negatives among the records) of a family to learn, checked:
@@ -477,7 +495,8 @@ class SkillBank:
                        imported: dict | None = None, checkpoint=None, start: str | Path | None = None,
                        lineage: dict | None = None, drop: Sequence[str] = (),
                        train_records: Sequence[Record] | None = None, augmentation: dict | None = None,
-                       negatives: Sequence = (), synthesize: bool | None = None) -> ShardEntry:
+                       negatives: Sequence = (), synthesize: bool | None = None,
+                       refusal: dict | None = None) -> ShardEntry:
         """Stage a shard (trained on ``records``, loaded from ``pretrained``, or copied by ``imported``), the
         Address Memory with it, then publish both with one atomic manifest write.
 
@@ -491,6 +510,8 @@ class SkillBank:
         augmentation: the record of how they were made, kept in the training summary.
         negatives, synthesize: the family's negatives for the scope gate, and whether to synthesize more
         (:func:`family_negatives`).
+        refusal: {"skill": the refusal skill id, "records": how many refusal records were trained} for a shard
+        trained to say no (:mod:`skillbank.memory.refusal`): named in its skills.json and training summary.
         """
         from skillbank.train.executor import common_prefix
         if imported is None:  # the router's statistics too are made after the training
@@ -530,9 +551,13 @@ class SkillBank:
                                                          checkpoint=checkpoint, init=start)
                     if augmentation is not None:
                         summary["augmentation"] = augmentation
+                    if refusal is not None:
+                        summary["refusal"] = refusal
                 self.execution.save_shard(family, staging)
                 (staging / "skills.json").write_text(json.dumps(
-                    {"family": family, "skills": declared, "specs": specs}, indent=1, ensure_ascii=False) + "\n")
+                    {"family": family, "skills": declared, "specs": specs,
+                     **({"refusal": refusal["skill"]} if refusal is not None else {})},
+                    indent=1, ensure_ascii=False) + "\n")
                 (staging / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
                 save_skill_address(fit_skill_address(records, specs, self.manifest.address_kind,
                                                      self.manifest.address_params), staging)
@@ -702,6 +727,19 @@ class SkillBank:
             selector = load_skill_address(self.root / entry.dir)
         self._skill_addresses[family] = (key, selector)
         return selector
+
+    def refusal_of(self, family: str) -> str | None:
+        """The refusal skill of shard ``family`` (:mod:`skillbank.memory.refusal`), or None where it was learned
+        without one."""
+        entry = self._entry(family)
+        key = (entry.dir, entry.digests.get("skills.json", ""))
+        kept = self._refusals.get(family)
+        if kept is None or kept[0] != key:
+            data = read_json(self.root / entry.dir / "skills.json", BankError, what="shard skills") \
+                if (self.root / entry.dir / "skills.json").is_file() else {}
+            kept = (key, data.get("refusal") if isinstance(data, dict) else None)
+            self._refusals[family] = kept
+        return kept[1]
 
     def skill_priors(self, requests: Sequence[str], shards: Sequence[str], weight: float | None = None,
                      floor: float | None = None) -> list:

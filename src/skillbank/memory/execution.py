@@ -393,6 +393,9 @@ def shard_grammar(entry, skills_json: dict | None, where: str):
     if not complete:
         print(f"skillbank: warning: shard {entry.name!r} has no argument specs ({where}); decoding constrains "
               "its skill ids only", file=sys.stderr)
+    refusal = (skills_json or {}).get("refusal")
+    if refusal:  # a shard trained to say no (skillbank.memory.refusal): its refusal skill, no arguments
+        specs = [*specs, SkillSpec(refusal, (), ())]
     return build_grammar(specs, entry.target_format, entry.family_prefix)
 
 
