@@ -60,18 +60,7 @@ class Negative:
     @classmethod
     def from_dict(cls, obj: Any) -> "Negative":
         """Validate and build; raises :class:`RecordError` (without location) on bad input."""
-        if not isinstance(obj, dict):
-            raise RecordError(f"expected a JSON object, got {type(obj).__name__}")
-        for key in ("id", "family", "request"):
-            if key not in obj:
-                raise RecordError(f"missing field {key!r}")
-        rid, family, request = obj["id"], obj["family"], obj["request"]
-        if not isinstance(rid, (str, int)) or str(rid).strip() == "":
-            raise RecordError(f"'id' must be a non-empty string, got {rid!r}")
-        if not isinstance(family, str) or not family.strip():
-            raise RecordError(f"negative {rid}: 'family' must be a non-empty string, got {family!r}")
-        if not isinstance(request, str) or not request.strip():
-            raise RecordError(f"negative {rid}: empty request")
+        rid, family, request = request_fields(obj, "negative")
         if obj.get("graph") is not None:
             raise RecordError(f"negative {rid}: a negative has \"graph\": null (this one has a graph; a request "
                               "with a graph is a training record: put it in the records file)")
@@ -82,6 +71,25 @@ class Negative:
         if source not in ("given", "synthesized"):
             raise RecordError(f"negative {rid}: source must be 'given' or 'synthesized', got {source!r}")
         return cls(str(rid), family.strip(), request.strip(), kind, source)
+
+
+def request_fields(obj: Any, what: str, extra: Sequence[str] = ()) -> tuple[str | int, str, str]:
+    """(id, family, request) of a JSONL line of a records or negatives file, checked (``what``: "record" or
+    "negative", for the messages; ``extra``: more fields that must be present); :class:`RecordError` without
+    location on bad input."""
+    if not isinstance(obj, dict):
+        raise RecordError(f"expected a JSON object, got {type(obj).__name__}")
+    for key in ("id", "family", "request", *extra):
+        if key not in obj:
+            raise RecordError(f"missing field {key!r}")
+    rid, family, request = obj["id"], obj["family"], obj["request"]
+    if not isinstance(rid, (str, int)) or str(rid).strip() == "":
+        raise RecordError(f"'id' must be a non-empty string, got {rid!r}")
+    if not isinstance(family, str) or not family.strip():
+        raise RecordError(f"{what} {rid}: 'family' must be a non-empty string, got {family!r}")
+    if not isinstance(request, str) or not request.strip():
+        raise RecordError(f"{what} {rid}: empty request")
+    return rid, family, request
 
 
 def is_negative(obj: Any) -> bool:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Union
 
 from skillbank.data.catalog import Catalog
-from skillbank.data.negatives import Negative, is_negative, normalized
+from skillbank.data.negatives import Negative, is_negative, normalized, request_fields
 from skillbank.errors import GraphError, RecordError, UnknownSkillError
 from skillbank.graph import TaskGraph
 
@@ -51,18 +51,7 @@ class Record:
     @classmethod
     def from_dict(cls, obj: Any) -> "Record":
         """Validate and build; raises :class:`RecordError` (without location) on bad input."""
-        if not isinstance(obj, dict):
-            raise RecordError(f"expected a JSON object, got {type(obj).__name__}")
-        for key in ("id", "family", "request", "graph"):
-            if key not in obj:
-                raise RecordError(f"missing field {key!r}")
-        rid, family, request = obj["id"], obj["family"], obj["request"]
-        if not isinstance(rid, (str, int)) or str(rid).strip() == "":
-            raise RecordError(f"'id' must be a non-empty string, got {rid!r}")
-        if not isinstance(family, str) or not family.strip():
-            raise RecordError(f"record {rid}: 'family' must be a non-empty string, got {family!r}")
-        if not isinstance(request, str) or not request.strip():
-            raise RecordError(f"record {rid}: empty request")
+        rid, family, request = request_fields(obj, "record", ("graph",))
         try:
             graph = TaskGraph.from_dict(obj["graph"])
         except GraphError as exc:
@@ -231,32 +220,17 @@ def _check(items: Iterable[tuple[int, Any]], path: Path | None, catalog: Catalog
         if isinstance(obj, RecordError):
             yield lineno, None, [obj]
             continue
-        if is_negative(obj):
-            try:
-                neg = Negative.from_dict(obj)
-            except RecordError as exc:
-                yield lineno, None, [err(exc.reason)]
-                continue
-            problems = []
-            if family is not None and neg.family != family:
-                problems.append(err(f"negative {neg.id}: family {neg.family!r}, expected {family!r}"))
-            if neg.id in seen:
-                problems.append(err(f"duplicate record id {neg.id!r} (first on line {seen[neg.id]})"))
-            else:
-                seen[neg.id] = lineno
-            yield lineno, neg, problems
-            continue
         if isinstance(obj, dict) and obj.get("kind") is not None and obj.get("graph") is not None:
             yield lineno, None, [err(f"record {obj.get('id')}: has a \"kind\" ({obj['kind']!r}) and a graph: a "
                                      "negative has \"graph\": null")]
             continue
         try:
-            rec = Record.from_dict(obj)
+            rec = Negative.from_dict(obj) if is_negative(obj) else Record.from_dict(obj)
         except RecordError as exc:
             yield lineno, None, [err(exc.reason)]
             continue
         errors = []
-        if catalog is not None:
+        if catalog is not None and isinstance(rec, Record):
             unknown = catalog.unknown_skills(rec.graph)
             if unknown:
                 errors.append(err(f"record {rec.id}: unknown skill(s) {unknown}", UnknownSkillError))
@@ -267,7 +241,8 @@ def _check(items: Iterable[tuple[int, Any]], path: Path | None, catalog: Catalog
             if check_arguments:
                 errors += [err(f"record {rec.id}: {p}") for p in argument_problems(rec.graph, catalog)]
         if family is not None and rec.family != family:
-            errors.append(err(f"record {rec.id}: family {rec.family!r}, expected {family!r}"))
+            what = "negative" if isinstance(rec, Negative) else "record"
+            errors.append(err(f"{what} {rec.id}: family {rec.family!r}, expected {family!r}"))
         if rec.id in seen:
             errors.append(err(f"duplicate record id {rec.id!r} (first on line {seen[rec.id]})"))
         else:
