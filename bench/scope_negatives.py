@@ -12,7 +12,8 @@ Banks:
   ``K=5+home_energy``: beside the five; its frozen sets ``tests/fixtures/frozen/home_energy_*`` (what the other
   families serve counts as in domain there, so only the family's own refusals are counted off domain).
 
-Each row also gives the gate's time per request (scope check only, one at a time). Prints a table; ``--out``
+At K = 5 it also prints, per family, the frozen in-domain requests kept and the frozen near misses written against
+that family refused. Each row also gives the gate's time per request (scope check only, one at a time). Prints a table; ``--out``
 writes the numbers as JSON.
 
     .venv/bin/python bench/scope_negatives.py --out results/scope-negatives
@@ -57,7 +58,11 @@ def builtin_sets(stream):
                                                        "offdomain_injection") for r in rows(FIX / f"{n}.jsonl")]
     test_in = [r["request"] for r in rows(FIX / "users_indomain.jsonl") if fam(r)]
     test_off = [(r["request"], r["category"]) for r in rows(FIX / "users_offdomain.jsonl")]
-    return {"dev": (dev_in, dev_off), "frozen": (test_in, test_off)}
+    # per family: its frozen in-domain requests, and the frozen near misses written against it
+    by_family = {k: ([r["request"] for r in rows(FIX / "users_indomain.jsonl") if fam(r) == k],
+                     [(r["request"], "near_miss") for r in rows(FIX / "users_offdomain.jsonl")
+                      if r["category"] == "near_miss" and r.get("closest_family") == k]) for k in stream.family_keys}
+    return {"dev": (dev_in, dev_off), "frozen": (test_in, test_off), "by_family": by_family}
 
 
 def home_sets():
@@ -68,6 +73,11 @@ def home_sets():
 
 def measure(det: ScopeDetector, sets: dict) -> dict:
     out = {}
+    for family, (ins, near) in sets.get("by_family", {}).items():
+        out.setdefault("by_family", {})[family] = {
+            "kept": float(np.mean(det.decision_function(ins) >= 0)), "n_in": len(ins),
+            "near_misses_refused": float(np.mean(det.decision_function([q for q, _ in near]) < 0)), "n_near": len(near)}
+    sets = {k: v for k, v in sets.items() if k != "by_family"}
     for part, (ins, offs) in sets.items():
         kept = det.decision_function(ins) >= 0
         refused = det.decision_function([q for q, _ in offs]) < 0
@@ -133,11 +143,19 @@ def main() -> None:
                     set_negatives(det, k, specs_of[k], stream.train[k], [n for n in given if n.family == k], mode)
             r = measure(det, sets)
             results[f"{bank}/{mode}"] = r
-            for part in sets:
+            for part in (p for p in sets if p != "by_family"):
                 p = r[part]
                 near = "-" if p["near_misses_refused"] is None else f"{p['near_misses_refused']:.1%} (n={p['n_near']})"
                 print(f"| {bank} | {mode} | {part} | {p['kept']:.1%} (n={p['n_in']}) | {p['refused']:.1%} "
                       f"(n={p['n_off']}) | {near} | {r['ms_per_request']:.1f} |", flush=True)
+    per_family = {key: r["by_family"] for key, r in results.items() if "by_family" in r}
+    if per_family:
+        print("\nPer family, K=5 frozen sets: in-domain kept / the near misses written against it refused")
+        print("| negatives | " + " | ".join(next(iter(per_family.values()))) + " |")
+        print("|---|" + "---|" * len(next(iter(per_family.values()))))
+        for key, fams in per_family.items():
+            print(f"| {key.split('/')[1]} | " + " | ".join(f"{v['kept']:.0%} / {v['near_misses_refused']:.0%}"
+                                                         for v in fams.values()) + " |")
     if args.out:
         from skillbank.model.encoding_choice import cpu_identity
         args.out.mkdir(parents=True, exist_ok=True)
