@@ -8,8 +8,9 @@ Banks:
   ``src/skillbank/resources/negatives/builtin.jsonl``; development sets (``paraphrase_builtin*`` / ``offdomain*``,
   where the margin was chosen) and the frozen K = 5 test sets (``users_indomain`` / ``users_offdomain``, written
   blind, nothing chosen on them), near misses apart;
-- ``home_energy``: the example family alone (85 records, negatives ``examples/home_energy/negatives.jsonl``), and
-  ``K=5+home_energy``: beside the five; its frozen sets ``tests/fixtures/frozen/home_energy_*`` (what the other
+- ``home_energy`` and ``dev_tools`` (``--families``): an example family alone (85 / 78 records, negatives
+  ``examples/<name>/negatives.jsonl``), and ``K=5+<name>``: beside the five; its frozen sets
+  ``tests/fixtures/frozen/<name>_*`` (what the other
   families serve counts as in domain there, so only the family's own refusals are counted off domain).
 
 At K = 5 it also prints, per family, the frozen in-domain requests kept and the frozen near misses written against
@@ -38,7 +39,6 @@ from skillbank.memory.scope import ScopeDetector, catalog_text, fit_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures"
-HOME = ROOT / "examples" / "home_energy"
 MODES = ("none", "synthesized", "given", "both")
 
 
@@ -65,9 +65,9 @@ def builtin_sets(stream):
     return {"dev": (dev_in, dev_off), "frozen": (test_in, test_off), "by_family": by_family}
 
 
-def home_sets():
-    test_in = [r["request"] for r in rows(FIX / "frozen" / "home_energy_indomain.jsonl")]
-    test_off = [(r["request"], r["category"]) for r in rows(FIX / "frozen" / "home_energy_offdomain.jsonl")]
+def family_sets(family: str):
+    test_in = [r["request"] for r in rows(FIX / "frozen" / f"{family}_indomain.jsonl")]
+    test_off = [(r["request"], r["category"]) for r in rows(FIX / "frozen" / f"{family}_offdomain.jsonl")]
     return {"frozen": (test_in, test_off)}
 
 
@@ -103,42 +103,46 @@ def set_negatives(det: ScopeDetector, family: str, specs, records, given, mode: 
     det.fit_negatives(family, held)
 
 
-def home_family():
-    catalog = load_catalog(HOME / "tools.json", "home_energy")
-    records = read_records(HOME / "records.jsonl").records
-    specs = [catalog.skills[s].to_dict() for s in catalog.family("home_energy").skills]
-    return catalog, records, specs, read_negatives(HOME / "negatives.jsonl")
+def example_family(family: str):
+    """An example family (``examples/<family>``): its records, skill specs and given negatives."""
+    here = ROOT / "examples" / family
+    catalog = load_catalog(here / "tools.json", family)
+    records = read_records(here / "records.jsonl").records
+    specs = [catalog.skills[s].to_dict() for s in catalog.family(family).skills]
+    return records, specs, read_negatives(here / "negatives.jsonl")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--families", default="home_energy,dev_tools", help="example families (examples/<name>, with "
+                    "frozen sets tests/fixtures/frozen/<name>_*), each alone and beside the five")
     args = ap.parse_args()
     modes = args.modes.split(",")
     stream = build_builtin_stream(seed=0, train_per_family=200, test_per_family=50, families=5)
     given = read_negatives(ROOT / "src" / "skillbank" / "resources" / "negatives" / "builtin.jsonl")
     specs_of = {k: [stream.catalog.skills[s].to_dict() for s in stream.catalog.family(k).skills]
                 for k in stream.family_keys}
-    catalog, home_records, home_specs, home_given = home_family()
+    examples = {f: example_family(f) for f in args.families.split(",") if f}
     results = {}
 
-    five = detector_for_stream(stream)
-    both = detector_for_stream(stream)
-    both.partial_fit([r.request for r in home_records], "home_energy", catalog_text(home_specs),
-                     **fit_inputs(home_records, "home_energy"))
-    alone = ScopeDetector(**default_scope_params())
-    alone.partial_fit([r.request for r in home_records], "home_energy", catalog_text(home_specs),
-                      **fit_inputs(home_records, "home_energy"))
-    banks = {"K=5": (five, builtin_sets(stream)), "home_energy": (alone, home_sets()),
-             "K=5+home_energy": (both, home_sets())}
+    banks = {"K=5": (detector_for_stream(stream), builtin_sets(stream))}
+    for family, (records, specs, _) in examples.items():
+        alone = ScopeDetector(**default_scope_params())
+        beside = detector_for_stream(stream)
+        for det in (alone, beside):
+            det.partial_fit([r.request for r in records], family, catalog_text(specs), **fit_inputs(records, family))
+        banks[family] = (alone, family_sets(family))
+        banks[f"K=5+{family}"] = (beside, family_sets(family))
     print("| bank | negatives | set | in-domain kept | off-domain refused | near misses refused | ms/request |")
     print("|---|---|---|---|---|---|---|")
     for bank, (det, sets) in banks.items():
         for mode in modes:
             for k in det.classes_:
-                if k == "home_energy":
-                    set_negatives(det, k, home_specs, home_records, home_given, mode)
+                if k in examples:
+                    records, specs, own = examples[k]
+                    set_negatives(det, k, specs, records, own, mode)
                 else:
                     set_negatives(det, k, specs_of[k], stream.train[k], [n for n in given if n.family == k], mode)
             r = measure(det, sets)
