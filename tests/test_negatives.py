@@ -175,6 +175,15 @@ def test_a_bank_learns_a_family_with_its_negatives_and_lists_them(tmp_path, tiny
     assert res.exit_code == 0, res.output
     assert "sell my solar panels" in res.stdout
     assert len(SkillBank.open_offline(tmp_path / "bank").scope.negatives_["home_energy"]) == len(given) + 1
+    # correcting them: print, edit, hand back in place of what it held (what was handed back is the user's now)
+    listed = runner.invoke(app, ["scope", "negatives", str(tmp_path / "bank"), "home_energy", "--json"]).stdout
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text("".join(line + "\n" for line in listed.splitlines() if "sell my solar" not in line))
+    res = runner.invoke(app, ["scope", "negatives", str(tmp_path / "bank"), "home_energy", "--add", str(edited),
+                              "--replace", "--no-synthesize"])
+    assert res.exit_code == 0, res.output
+    held = SkillBank.open_offline(tmp_path / "bank").scope.negatives_["home_energy"]
+    assert [n.id for n in held] == [n.id for n in given] and {n.source for n in held} == {"given"}
 
 
 def test_a_bank_without_negatives_says_how_to_add_them(tmp_path, tiny_model_dir):

@@ -34,7 +34,7 @@ import random
 import re
 import zlib
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -107,7 +107,9 @@ def normalized(request: str) -> str:
 
 
 def read_negatives(path: str | Path, *, family: str | None = None) -> list[Negative]:
-    """A ``--negatives`` file: every line a negative (``"graph": null``, or no graph); every bad line named at once."""
+    """A ``--negatives`` file: every line a negative (``"graph": null``, or no graph); every bad line named at once.
+    A file's lines are the user's, so they count as given whatever their ``source`` says (a list printed by
+    ``scope negatives --json``, edited and handed back, is kept as it is)."""
     from skillbank.data.records import iter_jsonl
     path = Path(path)
     out, errors, seen = [], [], {}
@@ -118,7 +120,7 @@ def read_negatives(path: str | Path, *, family: str | None = None) -> list[Negat
         try:
             if isinstance(obj, dict) and "graph" not in obj:
                 obj = {**obj, "graph": None}
-            neg = Negative.from_dict(obj)
+            neg = replace(Negative.from_dict(obj), source="given")
         except RecordError as exc:
             errors.append(RecordError(exc.reason, path, lineno))
             continue

@@ -20,7 +20,7 @@ A line with ``"graph": null`` is a negative: a request the family must refuse
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Union
 
@@ -225,7 +225,8 @@ def _check(items: Iterable[tuple[int, Any]], path: Path | None, catalog: Catalog
                                      "negative has \"graph\": null")]
             continue
         try:
-            rec = Negative.from_dict(obj) if is_negative(obj) else Record.from_dict(obj)
+            # a negative in a records file is the user's: given, whatever its "source" says
+            rec = replace(Negative.from_dict(obj), source="given") if is_negative(obj) else Record.from_dict(obj)
         except RecordError as exc:
             yield lineno, None, [err(exc.reason)]
             continue
