@@ -217,7 +217,7 @@ def scope_negatives(bank: Path = typer.Argument(..., help="The bank."),
                     as_json: bool = typer.Option(False, "--json", help="Print them as JSONL (what --add reads).")):
     """List the requests a family refuses as its own near misses: those it was given and those synthesized
     from its catalog (kind, source, request), to read and correct; --add gives it more."""
-    from skillbank.data.negatives import kinds_count
+    from skillbank.data.negatives import summary_text
     from skillbank.memory.bank import SkillBank
     sb = SkillBank.open_offline(bank)
     sb._entry(family)  # an unknown family is named with the bank's families
@@ -236,6 +236,4 @@ def scope_negatives(bank: Path = typer.Argument(..., help="The bank."),
         return
     for n in held:
         out.print(f"{n.kind:17s} {n.source:11s} {n.request}", markup=False, highlight=False, soft_wrap=True)
-    given = sum(n.source == "given" for n in held)
-    err.print(f"{family}: {given} given, {len(held) - given} synthesized; by kind: "
-              + ", ".join(f"{k} {v}" for k, v in kinds_count(held).items()), markup=False, highlight=False)
+    err.print(f"{family}: {summary_text(held)}", markup=False, highlight=False)

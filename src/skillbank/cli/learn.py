@@ -50,7 +50,7 @@ def validate(
         except RecordError as exc:
             v.errors.append(exc)
         else:
-            _check_against_records(v, extra, negatives)
+            v.add_negatives(extra, negatives)
     if as_json:
         print(json.dumps({"path": v.path, "lines": v.lines, "valid": len(v.records), "negatives": len(v.negatives),
                           "ok": v.ok,
@@ -60,20 +60,6 @@ def validate(
             print(e)
         print(v.summary())
     raise typer.Exit(0 if v.ok else 1)
-
-
-def _check_against_records(v, extra, path: Path) -> None:
-    """Add ``extra`` (a --negatives file's) to the validation ``v``, a negative that repeats a record's request an
-    error naming both files."""
-    from skillbank.data.negatives import normalized
-    from skillbank.errors import RecordError
-    served = {normalized(r.request): r.id for r in v.records}
-    for n in extra:
-        if normalized(n.request) in served:
-            v.errors.append(RecordError(f"negative {n.id} is the request of record {served[normalized(n.request)]} "
-                                        f"of {v.path} (one request cannot be both served and refused)", path))
-        else:
-            v.negatives.append(n)
 
 
 @friendly_errors
@@ -207,7 +193,7 @@ def learn(
     v = validate_records(data, cat, family=family)
     if negatives is not None:
         from skillbank.data.negatives import read_negatives
-        _check_against_records(v, read_negatives(negatives, family=family), negatives)  # a bad line stops here
+        v.add_negatives(read_negatives(negatives, family=family), negatives)  # a bad line stops here
     for e in v.errors:
         err.print(f"{'skipped ' if skip_invalid else ''}{e}", markup=False, highlight=False, soft_wrap=True)
     if v.errors and not skip_invalid:
@@ -262,12 +248,9 @@ def learn(
 def _say_negatives(sb, family: str, bank: Path) -> None:
     held = sb.scope.negatives_.get(family, []) if sb.scope is not None else []
     if held:
-        from skillbank.data.negatives import kinds_count
-        given = sum(n.source == "given" for n in held)
-        err.print(f"negatives for the scope gate: {given} given, {len(held) - given} synthesized ("
-                  + ", ".join(f"{k} {v}" for k, v in kinds_count(held).items())
-                  + f"); read them with `skillbank scope negatives {bank} {family}`", markup=False, highlight=False,
-                  soft_wrap=True)
+        from skillbank.data.negatives import summary_text
+        err.print(f"negatives for the scope gate: {summary_text(held)}; read them with `skillbank scope negatives "
+                  f"{bank} {family}`", markup=False, highlight=False, soft_wrap=True)
 
 @friendly_errors
 def relearn(

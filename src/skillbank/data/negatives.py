@@ -97,10 +97,6 @@ def is_negative(obj: Any) -> bool:
     return isinstance(obj, dict) and "graph" in obj and obj["graph"] is None
 
 
-def same_request(a: str, b: str) -> bool:
-    return normalized(a) == normalized(b)
-
-
 def normalized(request: str) -> str:
     """A request as two people typing it differently would still agree on (case, spacing, final stop)."""
     return " ".join(re.findall(r"\w+", request.casefold()))
@@ -118,9 +114,7 @@ def read_negatives(path: str | Path, *, family: str | None = None) -> list[Negat
             errors.append(obj)
             continue
         try:
-            if isinstance(obj, dict) and "graph" not in obj:
-                obj = {**obj, "graph": None}
-            neg = replace(Negative.from_dict(obj), source="given")
+            neg = replace(Negative.from_dict(obj), source="given")  # a line without "graph" is a negative too
         except RecordError as exc:
             errors.append(RecordError(exc.reason, path, lineno))
             continue
@@ -198,6 +192,11 @@ def _words(text: str) -> list[str]:
     return _WORDS.findall(re.sub(r"([a-z])([A-Z])", r"\1 \2", text).replace("_", " ").lower())
 
 
+def _name_words(spec: dict) -> list[str]:
+    """The words of a skill's name ("set_thermostat": set, thermostat)."""
+    return _words(str(spec.get("name") or spec.get("id", "")))
+
+
 def covered(action_words: Sequence[str], catalog_words: set[str]) -> bool:
     """Whether some skill's words mention the action (a word, or a word starting with its first five letters:
     "cancel" covers "cancellation", "pay" covers "payment")."""
@@ -211,7 +210,7 @@ def catalog_words(specs: Sequence[dict]) -> set[str]:
     """Every word of the family's skill names, descriptions and argument names and descriptions."""
     out: set[str] = set()
     for s in specs:
-        out.update(_words(str(s.get("name") or s.get("id", ""))))
+        out.update(_name_words(s))
         out.update(_words(str(s.get("description", ""))))
         for a in s.get("arguments", ()):
             out.update(_words(str(a.get("name", ""))))
@@ -227,7 +226,7 @@ def family_objects(specs: Sequence[dict], requests: Sequence[str], values: Seque
     from wordfreq import word_frequency
     found: Counter = Counter()
     for s in specs:
-        for w in _words(str(s.get("name") or s.get("id", ""))):
+        for w in _name_words(s):
             if w not in _VERB_WORDS and w not in _ACTION_WORDS and w not in _STOP and len(w) > 2:
                 found[w] += 100
     value_counts = Counter(v.strip().lower() for vs in values for v in vs
@@ -270,7 +269,7 @@ def synthesize_negatives(family: str, specs: Sequence[dict], requests: Sequence[
     rng.shuffle(pairs)
     for i, (verb, obj) in enumerate(pairs[:per_kind]):
         add("near_miss_action", ACTION_TEMPLATES[i % len(ACTION_TEMPLATES)].format(verb=verb, obj=obj))
-    own_verbs = sorted({w for s in specs for w in _words(str(s.get("name") or s.get("id", ""))) if w in _VERB_WORDS})
+    own_verbs = sorted({w for s in specs for w in _name_words(s) if w in _VERB_WORDS})
     foreign = [o for o in FOREIGN_OBJECTS if not any(w in words for w in _words(o) if w not in _STOP)]
     pairs = [(v, o) for v in own_verbs for o in foreign]
     rng.shuffle(pairs)
@@ -298,3 +297,10 @@ def shipped_other_domain() -> list[str]:
 def kinds_count(negatives: Iterable[Negative]) -> dict[str, int]:
     c = Counter(n.kind for n in negatives)
     return {k: c[k] for k in KINDS if c[k]}
+
+
+def summary_text(negatives: Sequence[Negative]) -> str:
+    """"N given, M synthesized (kind n, ...)": what `learn` and `scope negatives` say a family holds."""
+    given = sum(n.source == "given" for n in negatives)
+    return (f"{given} given, {len(negatives) - given} synthesized ("
+            + ", ".join(f"{k} {v}" for k, v in kinds_count(negatives).items()) + ")")

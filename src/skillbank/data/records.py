@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Union
+from typing import Any, Iterable, Iterator, Mapping, Sequence, Union
 
 from skillbank.data.catalog import Catalog
 from skillbank.data.negatives import Negative, is_negative, normalized, request_fields
@@ -146,6 +146,18 @@ class Validation:
             return f"{where}: {self.lines} record(s), all valid"
         return (f"{where}: {len(self.errors)} bad line(s) of {self.lines}, {len(self.records)} valid"
                 if self.path else f"{where}: {len(self.errors)} bad record(s) of {self.lines}, {len(self.records)} valid")
+
+    def add_negatives(self, negatives: Sequence[Negative], path: str | Path) -> "Validation":
+        """Add a ``--negatives`` file's negatives (read from ``path``): one that repeats a record's request is an
+        error naming both files, as one in the records file itself names both lines."""
+        served = {normalized(r.request): r.id for r in self.records}
+        for n in negatives:
+            if normalized(n.request) in served:
+                self.errors.append(RecordError(f"negative {n.id} is the request of record {served[normalized(n.request)]} "
+                                               f"of {self.path} (one request cannot be both served and refused)", path))
+            else:
+                self.negatives.append(n)
+        return self
 
     def raise_if_bad(self, limit: int = 20) -> "Validation":
         """Raise one :class:`RecordError` listing the bad items (the first ``limit``), or return self."""

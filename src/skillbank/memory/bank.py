@@ -40,7 +40,7 @@ from skillbank.memory.execution import grammars_kept
 from skillbank.memory.lineage import descendants as lineage_descendants
 from skillbank.memory.lineage import DEFAULT_INIT, MergedStart, fresh, lineage_of, resolve_start, weights_digest
 from skillbank.memory.outliers import OUTLIER_CORPUS
-from skillbank.memory.scope import ScopeDetector, ScopeVerdict, catalog_text, fit_inputs
+from skillbank.memory.scope import SCOPE_NEGATIVES, ScopeDetector, ScopeVerdict, catalog_text, fit_inputs
 from skillbank.memory.selector import selector_class
 from skillbank.memory.shard_files import dir_digests, shard_file_problems
 from skillbank.memory.skill_address import fit_skill_address, save_skill_address
@@ -176,8 +176,7 @@ def _as_negatives(negatives, family: str) -> list:
     out = []
     for i, n in enumerate(negatives, 1):
         try:
-            neg = n if isinstance(n, Negative) else Negative.from_dict(
-                {**n, "graph": n.get("graph")} if isinstance(n, dict) else n)
+            neg = n if isinstance(n, Negative) else Negative.from_dict(n)
         except RecordError as exc:
             raise RecordError(f"negative {i}: {exc.reason}") from None
         if neg.family != family:
@@ -208,6 +207,14 @@ def family_negatives(family: str, specs: Sequence[dict], records: Sequence[Recor
     return given + [n for n in made if normalized(n.request) not in have]
 
 
+def _fit_family_negatives(scope: ScopeDetector, family: str, specs: Sequence[dict], records: Sequence[Record],
+                          given: Sequence, synthesize: bool | None) -> None:
+    """Give a just-fitted family its negatives (:func:`family_negatives`), where the bank's gate can weigh them (a
+    gate without an encoder or the value reader, made with older settings, cannot)."""
+    if scope.takes_negatives:
+        scope.fit_negatives(family, family_negatives(family, specs, records, given, synthesize))
+
+
 class SkillBank:
     """A bank of frozen executor shards plus the Address Memory that routes to them."""
 
@@ -229,7 +236,7 @@ class SkillBank:
         # shard -> (its digest, skill statistics or None), the least recently used dropped: a shard's statistics
         # take ~7 MB in memory and are read again in milliseconds, so a process meeting many families stays flat
         self._skill_addresses: LRUCache = LRUCache(skill_statistics_kept(None))
-        self._refusals: dict[str, tuple] = {}  # family -> ((its shard dir, skills.json digest), refusal skill or None)
+        self._refusals: dict[str, tuple] = {}  # family -> (its shard dir, its refusal skill or None)
 
     @property
     def execution(self):
@@ -581,8 +588,7 @@ class SkillBank:
                 address.partial_fit_catalog(docs, family)
                 if scope is not None:
                     scope.partial_fit(requests, family, docs, **fit_inputs(records, family))
-                    if scope.encoder is not None and scope.reader == "values":
-                        scope.fit_negatives(family, family_negatives(family, specs, records, negatives, synthesize))
+                    _fit_family_negatives(scope, family, specs, records, negatives, synthesize)
             address_rel = f"address/{index:04d}"
             address.save(self.root / address_rel)
             if scope is not None:
@@ -732,12 +738,11 @@ class SkillBank:
         """The refusal skill of shard ``family`` (:mod:`skillbank.memory.refusal`), or None where it was learned
         without one."""
         entry = self._entry(family)
-        key = (entry.dir, entry.digests.get("skills.json", ""))
         kept = self._refusals.get(family)
-        if kept is None or kept[0] != key:
+        if kept is None or kept[0] != entry.dir:  # a shard directory is written once: a new one is a new version
             data = read_json(self.root / entry.dir / "skills.json", BankError, what="shard skills") \
                 if (self.root / entry.dir / "skills.json").is_file() else {}
-            kept = (key, data.get("refusal") if isinstance(data, dict) else None)
+            kept = (entry.dir, data.get("refusal") if isinstance(data, dict) else None)
             self._refusals[family] = kept
         return kept[1]
 
@@ -1026,9 +1031,7 @@ class SkillBank:
             scope.forget(family)
         specs = read_skills_specs(self.root / entry.dir)
         scope.partial_fit([r.request for r in records], family, catalog_text(specs), **fit_inputs(records, family))
-        if scope.encoder is not None and scope.reader == "values":
-            scope.fit_negatives(family, family_negatives(family, specs, records, _as_negatives(negatives, family),
-                                                         synthesize))
+        _fit_family_negatives(scope, family, specs, records, _as_negatives(negatives, family), synthesize)
         address_rel = f"address/{self._next_index():04d}"
         address.save(self.root / address_rel)
         scope.save(self.root / address_rel)
@@ -1071,7 +1074,7 @@ def bank_info(path: str | Path, *, verify: bool = False) -> dict:
     if manifest.address_dir and ScopeDetector.exists(root / manifest.address_dir):
         meta = read_json(root / manifest.address_dir / "scope.json", BankError, what="scope detector")
         scope = {"params": meta.get("params"), "families": meta.get("classes")}
-        negatives_file = root / manifest.address_dir / "scope-negatives.json"
+        negatives_file = root / manifest.address_dir / SCOPE_NEGATIVES
         held = read_json(negatives_file, BankError, what="scope negatives") if negatives_file.is_file() else {}
         # per family: how many negatives the gate holds, given and synthesized (0 and 0: none, e.g. an older bank)
         scope["negatives"] = {f: {"given": sum(n.get("source", "given") == "given" for n in held.get(f, [])),

@@ -510,7 +510,7 @@ class ScopeDetector:
             for d in (self.negative_counts_, self.negative_embeddings_, self.negatives_):
                 d.pop(label, None)
             return self
-        if self.encoder is None or self.reader != "values":
+        if not self.takes_negatives:
             raise ScopeError("negatives need the scope gate's encoder and value reader (a bank made with "
                              "scope_params encoder=None or reader='raw' cannot use them)")
         own = self.vocabulary_.family(label) if label in self.vocabulary_.classes_ else None
@@ -520,6 +520,11 @@ class ScopeDetector:
         self.negative_embeddings_[label] = self._embed(prose).astype(np.float32)
         self.negatives_[label] = negatives
         return self
+
+    @property
+    def takes_negatives(self) -> bool:
+        """Whether this gate can weigh negatives: they are read by both experts, values masked."""
+        return self.encoder is not None and self.reader == "values"
 
     def negative_scores(self, requests: Sequence[str] | Sequence[MaskedRequest], families: Sequence[int],
                         embeddings: np.ndarray | None = None,
@@ -551,8 +556,7 @@ class ScopeDetector:
             idx, cnt = X.indices[X.indptr[j]:X.indptr[j + 1]], X.data[X.indptr[j]:X.indptr[j + 1]]
             at = np.minimum(np.searchsorted(where, idx), len(where) - 1)
             n = np.where(where[at] == idx, counts[at], 0.0)
-            word = np.log(self.lam * n / total / bg[idx].astype(float) + (1 - self.lam))
-            word = np.where((n > 0) | (bg[idx] >= COMMON_WORD), word, 0.0)  # as the families' word scores
+            word = self._word_weights(n, total, bg[idx].astype(float), n > 0)  # as a family's own word scores
             sims = unit @ E[j]
             k = int(np.argmax(sims))
             words_score = float(cnt @ word) if len(idx) else -np.inf
@@ -814,12 +818,16 @@ class ScopeDetector:
                 continue
             gone = leave_out[i].toarray().ravel()[idx] if leave_out is not None else 0
             own, tot = fam[idx] - gone, total - (leave_out[i].sum() if leave_out is not None else 0)
-            p_fam = np.maximum(own, 0) / tot if tot > 0 else np.zeros_like(own)
-            word = np.log(self.lam * p_fam / bg[idx] + (1 - self.lam))
-            if self.reader == "values":
-                seen = (own > 0) if known is None else known[idx]
-                word = np.where(seen | (bg[idx] >= COMMON_WORD), word, 0.0)
-            yield i, cnt, word
+            seen = None if self.reader != "values" else (own > 0) if known is None else known[idx]
+            yield i, cnt, self._word_weights(np.maximum(own, 0), tot, bg[idx], seen)
+
+    def _word_weights(self, counts: np.ndarray, total: float, bg: np.ndarray, seen: np.ndarray | None) -> np.ndarray:
+        """What each word adds to a (pseudo-)family's score, given its ``counts`` of the words among ``total``
+        and their English frequencies ``bg``: log(lam p / bg + 1 - lam). With ``seen`` (the value reader), a word
+        neither seen nor common English adds nothing."""
+        p = counts / total if total > 0 else np.zeros_like(counts, dtype=float)
+        word = np.log(self.lam * p / bg + (1 - self.lam))
+        return word if seen is None else np.where(seen | (bg >= COMMON_WORD), word, 0.0)
 
     def word_scores(self, requests: Sequence[str] | Sequence[MaskedRequest]) -> np.ndarray:
         """The word statistics' log-likelihood ratio per request and family, (n_requests, n_classes)."""
@@ -974,8 +982,9 @@ class ScopeDetector:
             (directory / SCOPE_OUTLIERS).write_text(json.dumps(
                 {"requests": self.outlier_requests_, "categories": self.outlier_categories_}, ensure_ascii=False) + "\n")
         for i, k in enumerate(self.classes_):
-            if k in self.negatives_:
-                arrays[f"negative_counts_{i}"] = self.negative_counts_[k].toarray().ravel().astype(np.float32)
+            if k in self.negatives_:  # a few hundred words of 2**18: their indices and counts, as counts_ is kept
+                row = self.negative_counts_[k].tocsr()
+                arrays[f"negative_words_{i}"], arrays[f"negative_counts_{i}"] = row.indices, row.data
                 arrays[f"negative_embeddings_{i}"] = self.negative_embeddings_[k]
         if self.negatives_:
             (directory / SCOPE_NEGATIVES).write_text(json.dumps(
@@ -1030,7 +1039,9 @@ class ScopeDetector:
                             det.negatives_[k] = [Negative.from_dict(r) for r in rows]
                         except Exception as exc:
                             raise ScopeError(f"{negatives_file}: unreadable negatives of {k!r} ({exc})") from None
-                        det.negative_counts_[k] = sp.csr_matrix(z[f"negative_counts_{i}"].astype(np.float64)[None, :])
+                        words = z[f"negative_words_{i}"]
+                        det.negative_counts_[k] = sp.csr_matrix(
+                            (z[f"negative_counts_{i}"], words, np.array([0, len(words)])), shape=(1, det.n_features))
                         det.negative_embeddings_[k] = z[f"negative_embeddings_{i}"]
                 if det.outliers is not None and det.classes_:
                     det.outlier_embeddings_ = z["outlier_embeddings"]
