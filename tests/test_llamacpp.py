@@ -353,6 +353,53 @@ def test_a_batch_decodes_every_prompt_as_alone(real_base):
 
 
 @pytest.mark.real_model
+def test_a_base_s_shape_is_read_once_and_kept_in_the_cache(tmp_path, monkeypatch):
+    """read_shape asks llama.cpp once per file (its whole vocabulary is read); later calls read the cache, and
+    an entry written by another version of BaseShape is read again."""
+    import skillbank.model.llamacpp as engine
+    from skillbank.model.embedded import embedded_gguf_path
+
+    monkeypatch.setenv("SKILLBANK_CACHE", str(tmp_path))
+    asked = engine._read_shape(embedded_gguf_path())
+    assert engine.read_shape(embedded_gguf_path()) == asked
+    monkeypatch.setattr(engine, "_read_shape", lambda path: pytest.fail("llama.cpp asked again"))
+    assert engine.read_shape(embedded_gguf_path()) == asked
+    memo = tmp_path / "llamacpp" / "shapes.json"
+    memo.write_text(json.dumps({k: {"shape": {"arch": "llama"}, "n_vocab": 1}
+                                for k in json.loads(memo.read_text())}))
+    monkeypatch.setattr(engine, "_read_shape", lambda path: asked)
+    assert engine.read_shape(embedded_gguf_path()) == asked
+
+
+@pytest.mark.real_model
+def test_a_decoder_s_context_grows_when_a_prompt_or_a_batch_needs_it(real_base):
+    """A decoder first makes a context a lone plan fits (cheaper to allocate), and the full one when a prompt's
+    generation budget or a batch needs more: the tokens are those of a context made at the size it grew to."""
+    from skillbank.model.embedded import embedded_gguf_path
+    from skillbank.model.llamacpp import FIRST_CONTEXT, LlamaCppDecoder
+    from skillbank.model.prompts import prompt_ids, stop_token_ids
+
+    prompts = [prompt_ids(real_base.tokenizer, r) for r in REQUESTS[:3]]
+    stops = set(stop_token_ids(real_base.tokenizer))
+    full = 2 * FIRST_CONTEXT
+    decoder = LlamaCppDecoder(embedded_gguf_path(), threads=1, n_ctx=full, width=4)
+    assert decoder.n_ctx == FIRST_CONTEXT
+    first = decoder.decode(prompts[0], None, 12, stops)
+    assert decoder.n_ctx == FIRST_CONTEXT
+    budget = FIRST_CONTEXT - len(prompts[0]) + 1  # one token more than the first context holds
+    grown = decoder.decode(prompts[0], None, budget, stops)
+    assert decoder.n_ctx == full
+    assert grown.tokens[:len(first.tokens)] == first.tokens
+    with pytest.raises(ModelError, match="exceed the context"):
+        decoder.decode(prompts[0], None, full, stops)
+    batched = LlamaCppDecoder(embedded_gguf_path(), threads=1, n_ctx=full, width=4)
+    many = batched.decode_many(prompts, None, 12, stops, width=4)
+    assert batched.n_ctx == full
+    small = LlamaCppDecoder(embedded_gguf_path(), threads=1, n_ctx=1024, width=4)  # a context never grown
+    assert [s.tokens for s in many] == [s.tokens for s in small.decode_many(prompts, None, 12, stops, width=4)]
+
+
+@pytest.mark.real_model
 def test_rows_that_join_a_running_batch_or_wait_for_room_decode_as_alone(real_base):
     """Continuous batching (the service's llama.cpp engine): prompts fed in while rows decode join them, with
     caps of their own, and are reported the moment they end; in a context too small for every row at once,

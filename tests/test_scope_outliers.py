@@ -122,6 +122,36 @@ def test_outlier_statistics_forget_exactly_join_and_round_trip(corpus, tmp_path)
     np.testing.assert_allclose(ScopeDetector.load(tmp_path / "s").score(probe), det.score(probe))
 
 
+def test_a_loaded_gate_keeps_its_threshold_in_the_cache_keyed_by_its_files(corpus, tmp_path, monkeypatch):
+    """A saved state's threshold and corpus discriminants (~0.7 s with the shipped corpus) are computed at its
+    first load and kept in the cache: later loads read them, equal to computing them; a changed state is another
+    entry; a damaged entry is computed again; the bank's folder is never written."""
+    monkeypatch.setenv("SKILLBANK_CACHE", str(tmp_path / "cache"))
+    probe = MUSIC[:2] + MAPS[:1] + ["what is 2 + 2", "hello there"]
+    det = fitted(corpus)
+    det.save(tmp_path / "s")
+    saved = sorted(p.name for p in (tmp_path / "s").iterdir())
+    first = ScopeDetector.load(tmp_path / "s")
+    assert first._threshold is None and first.threshold_ == det.threshold_
+    entries = list((tmp_path / "cache" / "scope").iterdir())
+    assert len(entries) == 1
+    back = ScopeDetector.load(tmp_path / "s")
+    assert back._threshold == det.threshold_ and back._outside is not None  # read, not computed
+    np.testing.assert_allclose(back.decision_function(probe), det.decision_function(probe))
+    np.testing.assert_allclose(back.outside_scores(probe), det.outside_scores(probe))
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == saved
+    det.partial_fit(["play my morning playlist"], "music")
+    det.save(tmp_path / "s")
+    changed = ScopeDetector.load(tmp_path / "s")
+    assert changed._threshold is None and changed.threshold_ == pytest.approx(det.threshold_, rel=1e-12)
+    assert len(list((tmp_path / "cache" / "scope").iterdir())) == 2
+    newest = max((tmp_path / "cache" / "scope").iterdir(), key=lambda p: p.stat().st_mtime_ns)
+    newest.write_bytes(b"not an npz")
+    damaged = ScopeDetector.load(tmp_path / "s")
+    assert damaged._threshold is None and damaged.threshold_ == changed.threshold_
+    assert ScopeDetector.load(tmp_path / "s")._threshold == changed.threshold_  # rewritten
+
+
 def test_a_family_from_another_corpus_is_refused(corpus, tmp_path):
     other = tmp_path / "other.jsonl"
     other.write_text("".join(json.dumps({"request": r + " please"}) + "\n" for r in OUTSIDE))

@@ -69,6 +69,8 @@ training scores sit among off-domain ones, so a larger ``quantile`` suits such f
 """
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import re
 from dataclasses import dataclass
@@ -107,6 +109,9 @@ _OBJECT_WORD = re.compile(r"[^\W\d_]{2,}", re.UNICODE)
 #: A request is refused when its best family's negatives explain it better than the family by this much (the gate's
 #: common scale: 1 is the distance from the median training score down to its 5% tail, per expert).
 NEGATIVE_MARGIN = 0.25
+#: The threshold and the corpus discriminants of a saved state are kept in the cache, keyed by the state's files and
+#: this number: bump it whenever their computation changes, or states loaded later read stale values.
+DERIVED_FORMAT = 1
 
 
 @lru_cache(maxsize=4)
@@ -286,6 +291,8 @@ class ScopeDetector:
         self._outside = None  # (the parts' names, their (w, b, half), the corpus's out-of-fold scores)
         self._seen = None  # (n_features,) True where some family's word statistics hold the word (objects=True)
         self._negatives = None  # label -> its negatives as scoring reads them (_negative_stats)
+        # The cache key of the saved state this detector was loaded from (None once it changes, or never saved).
+        self._derived_key: str | None = None
 
     def get_params(self) -> dict:
         params = {"lam": self.lam, "quantile": self.quantile, "n_features": self.n_features,
@@ -319,7 +326,7 @@ class ScopeDetector:
 
     def _reset_derived(self) -> None:
         self._weights = self._threshold = self._scales = self._unit_means = self._known = self._outside = None
-        self._seen = self._negatives = None
+        self._seen = self._negatives = self._derived_key = None
 
     def check_encoder(self) -> None:
         """Fail now, not after a shard's training, when the shipped encoder this detector needs is missing."""
@@ -738,7 +745,48 @@ class ScopeDetector:
                 self._threshold = float(np.quantile(self._corpus_scores(), self.outlier_refusal))
             else:
                 self._threshold = float(np.quantile(self.training_scores(), self.quantile))
+            self._store_derived()
         return self._threshold
+
+    # A loaded state's threshold with an outlier corpus takes ~0.7 s to recompute (the corpus read word by word, one
+    # discriminant per fold and part): a cold `skillbank plan` would pay it every time. They are a function of the
+    # saved files alone, so they are kept in the cache under a digest of those files (never in the bank: a
+    # published version stays as learn wrote it, and a read-only bank is served as fast).
+    def _derived_path(self) -> Path | None:
+        if self._derived_key is None:
+            return None
+        from skillbank.cache import cache_root
+        return cache_root() / "scope" / f"{self._derived_key}.npz"
+
+    def _load_derived(self) -> None:
+        path = self._derived_path()
+        if path is None or not path.is_file():
+            return
+        try:
+            with np.load(path) as z:
+                threshold, parts = float(z["threshold"]), [str(n) for n in z["parts"]]
+                outside = (parts, [(z["w"][j], float(z["b"][j]), float(z["half"][j])) for j in range(len(parts))],
+                           z["oof"]) if len(parts) else None
+        except (OSError, KeyError, ValueError, IndexError, EOFError):
+            path.unlink(missing_ok=True)  # damaged: computed again and rewritten, as a missing one
+            return
+        self._threshold, self._outside = threshold, outside
+
+    def _store_derived(self) -> None:
+        path = self._derived_path()
+        if path is None or path.is_file():
+            return
+        from skillbank.cache import written_aside
+        arrays = {"threshold": np.array(self._threshold), "parts": np.array([], dtype=str)}
+        if self._outside is not None:
+            names, discs, oof = self._outside
+            arrays.update(parts=np.array(names, dtype=str), w=np.stack([w for w, _, _ in discs]),
+                          b=np.array([b for _, b, _ in discs]), half=np.array([h for _, _, h in discs]), oof=oof)
+        try:
+            with written_aside(path) as tmp, open(tmp, "wb") as fh:
+                np.savez(fh, **arrays)
+        except OSError:
+            pass  # a cache that cannot be written (read-only home): the next process recomputes
 
     # -- the outlier expert (outliers set) ------------------------------------------------------
     def _discriminant(self) -> tuple[list[str], list[tuple[np.ndarray, float, float]], np.ndarray]:
@@ -1017,7 +1065,8 @@ class ScopeDetector:
         det.classes_ = list(meta.get("classes", []))
         det.encoder_digest_ = meta.get("encoder_digest")
         try:
-            with np.load(directory / SCOPE_ARRAYS) as z:
+            raw = (directory / SCOPE_ARRAYS).read_bytes()
+            with np.load(io.BytesIO(raw)) as z:
                 det.counts_ = sp.csr_matrix((z["data"], z["indices"], z["indptr"]),
                                             shape=(len(det.classes_), det.n_features))
                 det.train_scores_ = {k: z[f"loo_{i}"] for i, k in enumerate(det.classes_)}
@@ -1065,6 +1114,14 @@ class ScopeDetector:
         if det.encoder is not None and det.embedding_sum_.shape[0] != len(det.classes_):
             raise ScopeError(f"{directory / SCOPE_ARRAYS}: embedding statistics for "
                                 f"{det.embedding_sum_.shape[0]} families, {len(det.classes_)} named")
+        if det.classes_:
+            digest = hashlib.blake2b(f"scope-derived-{DERIVED_FORMAT}".encode(), digest_size=20)
+            for name in (SCOPE_FILE, SCOPE_VALUES, SCOPE_OUTLIERS, SCOPE_NEGATIVES):
+                path = directory / name
+                digest.update(f"\0{name}\0".encode() + (path.read_bytes() if path.is_file() else b""))
+            digest.update(b"\0" + raw)
+            det._derived_key = digest.hexdigest()
+            det._load_derived()
         return det
 
     @staticmethod

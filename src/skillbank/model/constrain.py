@@ -693,11 +693,13 @@ class GrammarCache:
             from skillbank.model.light_tokenizer import LightTokenizer
             if isinstance(tokenizer, LightTokenizer):  # the llama.cpp path: no transformers to import
                 import llguidance
-                from tokenizers import Tokenizer
 
-                backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-                backend.no_padding()
-                backend.no_truncation()
+                backend = tokenizer.backend_tokenizer
+                if backend.padding is not None or backend.truncation is not None:  # llguidance reads neither
+                    from tokenizers import Tokenizer
+                    backend = Tokenizer.from_str(backend.to_str())
+                    backend.no_padding()
+                    backend.no_truncation()
                 self._tok = llguidance.LLTokenizer(backend.to_str(), n_vocab=self.vocab_size, eos_token=self.stops)
             else:
                 import llguidance.hf

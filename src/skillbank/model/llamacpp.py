@@ -42,6 +42,7 @@ import hashlib
 import json
 import os
 import re
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -578,7 +579,36 @@ def _reencoded(tensor, weights: str) -> bool:
 
 
 def read_shape(gguf_path: str | os.PathLike) -> tuple[BaseShape, int]:
-    """A GGUF base's shape and vocabulary size, read by llama.cpp without loading its weights."""
+    """A GGUF base's shape and vocabulary size, read by llama.cpp without loading its weights.
+
+    Kept in the cache per file (path, size, modification time): llama.cpp reads the whole vocabulary to tell
+    them, a fifth of a second of every cold ``skillbank plan``."""
+    from skillbank.cache import cache_root
+
+    path = Path(gguf_path).resolve()
+    stat = path.stat()
+    key = f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
+    memo_file = cache_root() / "llamacpp" / "shapes.json"
+    try:
+        memo = json.loads(memo_file.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    memo = memo if isinstance(memo, dict) else {}
+    try:
+        return BaseShape(**memo[key]["shape"]), int(memo[key]["n_vocab"])
+    except (KeyError, TypeError, ValueError):
+        pass  # not read yet, or written by another version of BaseShape
+    shape, n_vocab = _read_shape(path)
+    memo[key] = {"shape": dataclasses.asdict(shape), "n_vocab": n_vocab}
+    try:
+        with written_aside(memo_file) as tmp:
+            Path(tmp).write_text(json.dumps(memo, indent=1) + "\n")
+    except OSError:
+        pass  # a cache that cannot be written: the next process asks llama.cpp again
+    return shape, n_vocab
+
+
+def _read_shape(gguf_path: Path) -> tuple[BaseShape, int]:
     L = _library()
     params = L.llama_model_default_params()
     params.vocab_only = True
@@ -647,6 +677,8 @@ def _library():
 # rows alone fill it (a rejected draft then costs compute; 40 or 64 measured no faster: docs/decoding.md).
 DRAFT_FED = 24
 DRAFT_MAX = 8  # draft tokens per row and pass
+# The cells of a decoder's first context: a lone plan's prompt and generation fit (LlamaCppDecoder._grow).
+FIRST_CONTEXT = 2048
 
 
 class _Row:
@@ -677,26 +709,42 @@ class LlamaCppDecoder:
             raise ModelError(f"llama.cpp cannot load {gguf_path}")
         self.vocab = L.llama_model_get_vocab(self.model)
         self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
-        cparams = L.llama_context_default_params()
-        cparams.n_ctx, cparams.n_batch, cparams.n_ubatch = n_ctx, n_batch, n_batch
-        cparams.n_threads = cparams.n_threads_batch = threads
-        cparams.n_seq_max = width + 1  # the batch's rows and their shared head
-        cparams.kv_unified = True  # one cache for all sequences: a copied head shares its cells
-        cparams.no_perf = True
-        self.ctx = L.llama_init_from_model(self.model, cparams)
-        if not self.ctx:
-            raise ModelError(f"llama.cpp cannot make a context for {gguf_path}")
-        self.n_ctx, self.n_batch, self.width = n_ctx, n_batch, width
-        self.memory = L.llama_get_memory(self.ctx)
+        self.path, self.n_batch, self.width, self.threads = gguf_path, n_batch, width, threads
         self.batch = L.llama_batch_init(max(n_batch, width), 0, 1)
         self.adapters: dict[str, object] = {}
-        self.threads = threads  # what the context computes with now (see set_threads)
+        self.ctx = None
+        # A context's cache is allocated whole when it is made (8192 cells: ~0.15 s more than 2048): one sized for
+        # a lone prompt comes first, the full one when a prompt or a batch needs it (_grow).
+        self.n_ctx_max = n_ctx
+        self._make_context(min(n_ctx, FIRST_CONTEXT))
         self.draft_fed = DRAFT_FED  # tokens a pass may feed with drafts (1: no drafts, one token a row and pass)
         #: asked before every forward pass for the threads to use (None: keep ``threads``): several decoders that
         #: run side by side share the cores this way, and one whose neighbours finished takes their threads back
         self.threads_now: Callable[[], int] | None = None
-        self._current: str | None = None  # adapter the KV cache below was computed with
+
+    def _make_context(self, n_ctx: int) -> None:
+        L = self.L
+        if self.ctx:
+            L.llama_free(self.ctx)
+            self.ctx = None
+        cparams = L.llama_context_default_params()
+        cparams.n_ctx, cparams.n_batch, cparams.n_ubatch = n_ctx, self.n_batch, self.n_batch
+        cparams.n_threads = cparams.n_threads_batch = self.threads
+        cparams.n_seq_max = self.width + 1  # the batch's rows and their shared head
+        cparams.kv_unified = True  # one cache for all sequences: a copied head shares its cells
+        cparams.no_perf = True
+        self.ctx = L.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            raise ModelError(f"llama.cpp cannot make a context for {self.path}")
+        self.n_ctx = n_ctx
+        self.memory = L.llama_get_memory(self.ctx)
+        self._current: str | None = None  # adapter the KV cache below was computed with (none set in a new one)
         self._cached: list[int] = []  # tokens whose keys/values the context holds (sequence 0)
+
+    def _grow(self, cells: int) -> None:
+        """Make the context the full size when ``cells`` do not fit the one made first (what was cached is lost)."""
+        if cells > self.n_ctx and self.n_ctx < self.n_ctx_max:
+            self._make_context(self.n_ctx_max)
 
     def shape(self) -> BaseShape:
         """The loaded base's shape, read from the model llama.cpp loaded (parsing the GGUF in Python took ~2 s)."""
@@ -872,6 +920,7 @@ class LlamaCppDecoder:
                bitmask: np.ndarray | None = None) -> Step:
         """Greedy-decode ``prompt`` with ``adapter`` (None: the bare base) for at most ``cap`` tokens, reusing the
         KV cache of the head it shares with the previous prompt."""
+        self._grow(len(prompt) + cap)
         self._check_room(prompt, cap)
         self._use(adapter)
         same = 0  # the head this prompt shares with what the cache holds (at least one token is fed again)
@@ -915,6 +964,7 @@ class LlamaCppDecoder:
         apart for them too."""
         prompts, matchers = list(prompts), list(matchers) if matchers is not None else [None] * len(prompts)
         caps = [cap] * len(prompts) if isinstance(cap, int) else list(cap)
+        self._grow(self.n_ctx_max)  # rows side by side, and rows fed later, share one cache
         for p, c in zip(prompts, caps):
             self._check_room(p, c)
         self._use(adapter)
