@@ -133,8 +133,10 @@ def test_a_loaded_gate_keeps_its_threshold_in_the_cache_keyed_by_its_files(corpu
     saved = sorted(p.name for p in (tmp_path / "s").iterdir())
     first = ScopeDetector.load(tmp_path / "s")
     assert first._threshold is None and first.threshold_ == det.threshold_
-    entries = list((tmp_path / "cache" / "scope").iterdir())
-    assert len(entries) == 1
+    def entries():  # the gate's entries (the background word list may be kept beside them)
+        return list((tmp_path / "cache" / "scope").glob("?" * 40 + ".npz"))
+
+    assert len(entries()) == 1
     back = ScopeDetector.load(tmp_path / "s")
     assert back._threshold == det.threshold_ and back._outside is not None  # read, not computed
     np.testing.assert_allclose(back.decision_function(probe), det.decision_function(probe))
@@ -144,12 +146,33 @@ def test_a_loaded_gate_keeps_its_threshold_in_the_cache_keyed_by_its_files(corpu
     det.save(tmp_path / "s")
     changed = ScopeDetector.load(tmp_path / "s")
     assert changed._threshold is None and changed.threshold_ == pytest.approx(det.threshold_, rel=1e-12)
-    assert len(list((tmp_path / "cache" / "scope").iterdir())) == 2
-    newest = max((tmp_path / "cache" / "scope").iterdir(), key=lambda p: p.stat().st_mtime_ns)
+    assert len(entries()) == 2
+    newest = max(entries(), key=lambda p: p.stat().st_mtime_ns)
     newest.write_bytes(b"not an npz")
     damaged = ScopeDetector.load(tmp_path / "s")
     assert damaged._threshold is None and damaged.threshold_ == changed.threshold_
     assert ScopeDetector.load(tmp_path / "s")._threshold == changed.threshold_  # rewritten
+    import skillbank.memory.scope as scope_module
+    monkeypatch.setattr(scope_module, "DERIVED_KEPT", 1)  # the least recently used entries go
+    det.partial_fit(["play something by Bach"], "music")
+    det.save(tmp_path / "s")
+    assert ScopeDetector.load(tmp_path / "s").threshold_ == pytest.approx(det.threshold_, rel=1e-12)
+    assert len(entries()) == 1
+
+
+def test_the_background_word_list_is_hashed_once_and_kept_in_the_cache(tmp_path, monkeypatch):
+    from skillbank.memory.scope import background
+
+    monkeypatch.setenv("SKILLBANK_CACHE", str(tmp_path))
+    background.cache_clear()
+    made = background(2 ** 10)
+    [kept] = (tmp_path / "scope").iterdir()
+    background.cache_clear()
+    np.testing.assert_array_equal(background(2 ** 10), made)
+    kept.write_bytes(b"damaged")
+    background.cache_clear()
+    np.testing.assert_array_equal(background(2 ** 10), made)
+    background.cache_clear()  # later tests read the real cache's
 
 
 def test_a_family_from_another_corpus_is_refused(corpus, tmp_path):

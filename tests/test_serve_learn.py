@@ -226,7 +226,7 @@ def test_a_learn_cut_short_by_a_shutdown_continues_when_posted_again(tmp_path, t
     assert stopped.state == "cancelled" and "training so far is kept" in stopped.error
     assert checkpoint.is_file() and (bank / "bank.json").read_bytes() == manifest
 
-    app = app_for(bank, tiny_model_dir, learn_checkpoint_minutes=1e-9)
+    app = app_for(bank, tiny_model_dir)  # the rest without a checkpoint at every step (each one is a save)
     with TestClient(app) as c:
         job = c.post("/v1/families", json=body, headers=AUTH).json()
         wait_for(lambda: service_of(app).learner.jobs[job["job"]].finished is not None, 600, "the continued job")

@@ -72,6 +72,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -112,18 +113,39 @@ NEGATIVE_MARGIN = 0.25
 #: The threshold and the corpus discriminants of a saved state are kept in the cache, keyed by the state's files and
 #: this number: bump it whenever their computation changes, or states loaded later read stale values.
 DERIVED_FORMAT = 1
+DERIVED_KEPT = 256  # entries of the cache's scope/ folder (~35 KB each; the least recently used go first)
 
 
 @lru_cache(maxsize=4)
 def background(n_features: int, language: str = "en") -> np.ndarray:
-    """General-language word probabilities hashed into ``n_features`` buckets (wordfreq's "large" list)."""
+    """General-language word probabilities hashed into ``n_features`` buckets (wordfreq's "large" list).
+
+    Hashing the list's few hundred thousand words takes ~3.5 s, which every process that learns a family paid
+    once: kept in the cache per wordfreq version, language and width (2 MB at 2**18)."""
+    from importlib.metadata import version
+
+    from skillbank.cache import cache_root, written_aside
+
+    path = cache_root() / "scope" / f"background-{language}-{n_features}-wordfreq{version('wordfreq')}.npy"
+    try:
+        kept = np.load(path)
+        if kept.shape == (n_features,):
+            return kept
+    except (OSError, ValueError):
+        pass  # not made yet here, or damaged: made again below
     import wordfreq
     words = wordfreq.get_frequency_dict(language, wordlist="large")
     vec = _vectorizer(n_features)
     X = vec.transform(list(words))
     mass = np.asarray(X.T @ np.fromiter(words.values(), dtype=float, count=len(words))).ravel()
     mass /= mass.sum()
-    return np.maximum(mass, BACKGROUND_FLOOR)
+    mass = np.maximum(mass, BACKGROUND_FLOOR)
+    try:
+        with written_aside(path) as tmp, open(tmp, "wb") as fh:
+            np.save(fh, mass)
+    except OSError:
+        pass  # a cache that cannot be written: the next process hashes the list again
+    return mass
 
 
 @dataclass(frozen=True)
@@ -524,7 +546,10 @@ class ScopeDetector:
         masked = [mask(n.request, own) for n in negatives]
         words, prose = self._texts(masked, fitting=True)
         self.negative_counts_[label] = sp.csr_matrix(self._vec.transform(words).sum(axis=0))
-        self.negative_embeddings_[label] = self._embed(prose).astype(np.float32)
+        # a family's negatives are the same at each relearn and scope fit (synthesized ones are seeded): embedded once
+        from skillbank.memory.outliers import cached_embeddings
+        from skillbank.memory.selectors.embedding import get_encoder
+        self.negative_embeddings_[label] = cached_embeddings(prose, get_encoder(self.encoder).digest, self._embed)
         self.negatives_[label] = negatives
         return self
 
@@ -771,6 +796,10 @@ class ScopeDetector:
             path.unlink(missing_ok=True)  # damaged: computed again and rewritten, as a missing one
             return
         self._threshold, self._outside = threshold, outside
+        try:
+            os.utime(path)  # recently used: the last to be trimmed
+        except OSError:
+            pass
 
     def _store_derived(self) -> None:
         path = self._derived_path()
@@ -785,8 +814,11 @@ class ScopeDetector:
         try:
             with written_aside(path) as tmp, open(tmp, "wb") as fh:
                 np.savez(fh, **arrays)
+            entries = sorted(path.parent.glob("?" * 40 + ".npz"), key=lambda p: p.stat().st_mtime_ns)
+            for old in entries[:max(0, len(entries) - DERIVED_KEPT)]:
+                old.unlink(missing_ok=True)
         except OSError:
-            pass  # a cache that cannot be written (read-only home): the next process recomputes
+            pass  # a cache that cannot be written (read-only home), or trimmed by another process meanwhile
 
     # -- the outlier expert (outliers set) ------------------------------------------------------
     def _discriminant(self) -> tuple[list[str], list[tuple[np.ndarray, float, float]], np.ndarray]:
