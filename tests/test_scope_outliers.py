@@ -2,6 +2,7 @@
 exact forget and round trip of its per-family statistics, the threshold set on the corpus out of fold, the
 shipped corpus, and bad corpora."""
 import json
+import time
 
 import numpy as np
 import pytest
@@ -158,6 +159,34 @@ def test_a_loaded_gate_keeps_its_threshold_in_the_cache_keyed_by_its_files(corpu
     det.save(tmp_path / "s")
     assert ScopeDetector.load(tmp_path / "s").threshold_ == pytest.approx(det.threshold_, rel=1e-12)
     assert len(entries()) == 1
+
+
+def test_cached_embeddings_keep_the_most_recently_used(tmp_path, monkeypatch):
+    import skillbank.memory.outliers as outliers
+
+    monkeypatch.setenv("SKILLBANK_CACHE", str(tmp_path))
+    monkeypatch.setattr(outliers, "EMBEDDINGS_KEPT", 2)
+    calls = []
+
+    def embed(texts):
+        calls.append(list(texts))
+        return np.full((len(texts), 3), float(len(calls)))
+
+    def cached(texts):  # a pause first: file times may tick in milliseconds
+        time.sleep(0.02)
+        return outliers.cached_embeddings(texts, "enc", embed)
+
+    first = cached(["a", "b"])
+    np.testing.assert_array_equal(cached(["a", "b"]), first)
+    assert len(calls) == 1  # read, not embedded again
+    cached(["c"])
+    cached(["a", "b"])  # used again: now the newest
+    cached(["d"])  # a third entry: the least recently used ("c") goes
+    assert len(list((tmp_path / "outliers").glob("*.npy"))) == 2 and len(calls) == 3
+    cached(["a", "b"])
+    cached(["c"])
+    assert len(calls) == 4 and calls[-1] == ["c"]
+    assert len(list((tmp_path / "outliers").glob("*.npy"))) == 2
 
 
 def test_the_background_word_list_is_hashed_once_and_kept_in_the_cache(tmp_path, monkeypatch):

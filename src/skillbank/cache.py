@@ -1,6 +1,7 @@
 """Where skillbank keeps what it converts once and reuses: base models converted to safetensors (models/),
-sentence encoders in ONNX form (encoders/), llama.cpp's forms of the base and shards (llamacpp/); and how such a
-file is written. Kept free of heavy imports: a cold ``skillbank plan`` reads it."""
+sentence encoders in ONNX form (encoders/), llama.cpp's forms of the base and shards (llamacpp/), embeddings of
+fixed texts (outliers/), what a loaded scope gate derives (scope/); how such a file is written, and how a folder
+of many small entries is kept bounded. Kept free of heavy imports: a cold ``skillbank plan`` reads it."""
 from __future__ import annotations
 
 import os
@@ -31,3 +32,23 @@ def written_aside(out: Path) -> Iterator[str]:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def used(path: Path) -> None:
+    """Mark a cache entry as just used (its modification time), so that :func:`keep_newest` trims it last."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass  # gone meanwhile, or a read-only cache: only the order of trimming is affected
+
+
+def keep_newest(directory: Path, pattern: str, count: int) -> None:
+    """Delete all but the ``count`` most recently used files of ``directory`` matching ``pattern``."""
+    entries = []
+    for path in directory.glob(pattern):
+        try:
+            entries.append((path.stat().st_mtime_ns, path))
+        except FileNotFoundError:  # another process trimmed it
+            continue
+    for _, path in sorted(entries)[:max(0, len(entries) - count)]:
+        path.unlink(missing_ok=True)

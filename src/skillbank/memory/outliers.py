@@ -34,6 +34,9 @@ OUTLIER_CORPUS = "builtin"
 #: Folds over the corpus: each corpus request is scored by a discriminant that did not see it, so the
 #: threshold can be set on how often requests like those are refused (see :func:`out_of_fold_scores`).
 FOLDS = 5
+#: Embeddings of fixed texts kept in the cache's outliers/ folder (the corpus: 1.5 MB; a family's negatives:
+#: ~0.1 MB); the least recently used go first.
+EMBEDDINGS_KEPT = 512
 
 
 def corpus_path(name: str = OUTLIER_CORPUS) -> Path:
@@ -77,13 +80,14 @@ def cached_embeddings(texts: list[str], encoder_digest: str, embed: Callable[[li
                       ) -> np.ndarray:
     """``embed(texts)`` as float32, kept in the skillbank cache under the encoder's and the texts' digests:
     every new bank embeds the same corpus, and a few seconds of it per bank add up (in tests above all)."""
-    from skillbank.cache import cache_root, written_aside
+    from skillbank.cache import cache_root, keep_newest, used, written_aside
     key = hashlib.sha256((encoder_digest + "\n" + "\n".join(texts)).encode("utf-8")).hexdigest()[:24]
     path = cache_root() / "outliers" / f"{key}.npy"
     if path.is_file():
         try:
             cached = np.load(path)
             if cached.shape[0] == len(texts):
+                used(path)
                 return cached
         except (OSError, ValueError):
             pass  # a damaged cache file is recomputed and replaced
@@ -91,6 +95,8 @@ def cached_embeddings(texts: list[str], encoder_digest: str, embed: Callable[[li
     with written_aside(path) as tmp:
         with open(tmp, "wb") as fh:
             np.save(fh, embeddings)
+    # the corpus once per encoder, and each family's negatives once per version of them
+    keep_newest(path.parent, "?" * 24 + ".npy", EMBEDDINGS_KEPT)
     return embeddings
 
 

@@ -37,12 +37,12 @@ float32 dequantized weights, so logits differ in the last digits and a near-tie 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import hashlib
 import json
 import os
 import re
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -709,7 +709,8 @@ class LlamaCppDecoder:
             raise ModelError(f"llama.cpp cannot load {gguf_path}")
         self.vocab = L.llama_model_get_vocab(self.model)
         self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
-        self.path, self.n_batch, self.width, self.threads = gguf_path, n_batch, width, threads
+        self.path, self.n_batch, self.width = gguf_path, n_batch, width
+        self.threads = threads  # what the context computes with now (see set_threads)
         self.batch = L.llama_batch_init(max(n_batch, width), 0, 1)
         self.adapters: dict[str, object] = {}
         self.ctx = None
