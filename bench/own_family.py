@@ -15,6 +15,7 @@ against the number of records.
     .venv/bin/python bench/own_family.py --family home_energy --compose off,on --out results/own-family
     .venv/bin/python bench/own_family.py --family dev_tools --demo-bank runs/demo/methods/fsm/bank
     .venv/bin/python bench/own_family.py --compose off --refuse off,on --into new   # the executor's second opinion
+    .venv/bin/python bench/own_family.py --compose off --records 20,40 --min-steps 33 --into new   # more epochs
 
 Each variant's figures are written to ``--out`` (JSON) with the command and the CPU; ``--rows`` adds every
 request's plan and score.
@@ -100,10 +101,11 @@ def refusals(bank, family: str) -> dict:
 
 
 def variant(family: str, records: list, catalog, gold: list, *, compose: bool, demo_bank: Path | None,
-            work: Path, name: str, refuse: bool = False) -> dict:
+            work: Path, name: str, refuse: bool = False, min_steps: int = 0) -> dict:
     from skillbank.data.compose import Compose
     from skillbank.data.negatives import read_negatives
     from skillbank.memory.bank import SkillBank
+    from skillbank.train.executor import TrainConfig
 
     bank_dir = work / name
     if demo_bank is not None:
@@ -114,8 +116,13 @@ def variant(family: str, records: list, catalog, gold: list, *, compose: bool, d
     t0 = time.perf_counter()
     negatives_file = ROOT / "examples" / family / "negatives.jsonl"
     negatives = read_negatives(negatives_file) if negatives_file.is_file() else None
-    entry = bank.learn(family, records, catalog=catalog, compose=Compose() if compose else None, negatives=negatives,
-                       executor_refuses=refuse)
+    train_config = None
+    if min_steps:  # the small-cpu recipe with as many epochs as reach min_steps optimizer steps (at least its 3)
+        recipe = TrainConfig.for_small_cpu()
+        batches = -(-len(records) // recipe.batch_size)
+        train_config = TrainConfig.for_small_cpu(epochs=max(recipe.epochs, -(-min_steps // batches)))
+    entry = bank.learn(family, records, train_config, catalog=catalog, compose=Compose() if compose else None,
+                       negatives=negatives, executor_refuses=refuse)
     learn_s = time.perf_counter() - t0
     del bank
     planner = SkillBank.open(bank_dir)
@@ -143,6 +150,8 @@ def main() -> None:
                     "the family's negatives (examples/<family>/negatives.jsonl, always given to the gate)")
     ap.add_argument("--demo-bank", type=Path, default=None, help="also teach it into a copy of this bank (K = 6)")
     ap.add_argument("--into", default="new,demo", help="which banks: new (a new bank), demo (a copy of --demo-bank)")
+    ap.add_argument("--min-steps", type=int, default=0, help="train at least this many optimizer steps: the recipe's "
+                    "epochs raised for few records (0: the recipe as it is)")
     ap.add_argument("--out", type=Path, default=None, help="write the figures here (JSON)")
     ap.add_argument("--rows", type=Path, default=None, help="also write every request's plan and score here (JSON; "
                     "keep it under runs/, not results/)")
@@ -167,9 +176,11 @@ def main() -> None:
         for where, bank in targets:
             for n in counts:
                 for mode, refuse in [(m, r) for m in args.compose.split(",") for r in args.refuse.split(",")]:
-                    name = f"{where}-{n}-compose-{mode}" + ("-refuse" if refuse == "on" else "")
+                    name = f"{where}-{n}-compose-{mode}" + ("-refuse" if refuse == "on" else "") + \
+                        (f"-steps{args.min_steps}" if args.min_steps else "")
                     figures, rows = variant(args.family, subsample(records, n), catalog, gold, compose=mode == "on",
-                                            demo_bank=bank, work=Path(tmp), name=name, refuse=refuse == "on")
+                                            demo_bank=bank, work=Path(tmp), name=name, refuse=refuse == "on",
+                                            min_steps=args.min_steps)
                     results.append(figures)
                     all_rows[name] = rows
                     print(f"{name:<28} K={figures['k']} EM gate on/off {figures['em_gate_on']}/{figures['em_gate_off']}"
