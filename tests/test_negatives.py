@@ -148,6 +148,9 @@ def test_a_bank_learns_a_family_with_its_negatives_and_lists_them(tmp_path, tiny
     bank = SkillBank.create(tmp_path / "bank", base=base, scope_params={"outliers": None})
     with pytest.raises(RecordError, match="family 'home_energy', expected 'other'"):
         bank.learn("other", records, cfg, progress=False, negatives=given)  # checked before any training
+    repeat = {**negative("n-dup", records[3].request.upper() + " "), "family": "home_energy"}
+    with pytest.raises(RecordError, match=f"negative n-dup is the request of record {records[3].id} .*both served"):
+        bank.learn("home_energy", records, cfg, progress=False, negatives=given + [repeat])  # the API checks it too
     assert not bank.shard_names
     bank.learn("home_energy", records, cfg, progress=False, init="fresh",
                catalog=load_catalog(HOME / "tools.json", "home_energy"), negatives=given)

@@ -150,10 +150,10 @@ class Validation:
     def add_negatives(self, negatives: Sequence[Negative], path: str | Path) -> "Validation":
         """Add a ``--negatives`` file's negatives (read from ``path``): one that repeats a record's request is an
         error naming both files, as one in the records file itself names both lines."""
-        served = {normalized(r.request): r.id for r in self.records}
+        clashes = dict(served_and_refused(self.records, negatives))
         for n in negatives:
-            if normalized(n.request) in served:
-                self.errors.append(RecordError(f"negative {n.id} is the request of record {served[normalized(n.request)]} "
+            if n.id in clashes:
+                self.errors.append(RecordError(f"negative {n.id} is the request of record {clashes[n.id]} "
                                                f"of {self.path} (one request cannot be both served and refused)", path))
             else:
                 self.negatives.append(n)
@@ -166,6 +166,12 @@ class Validation:
             more = f"\n  ... and {len(self.errors) - limit} more" if len(self.errors) > limit else ""
             raise RecordError(f"{self.summary()}:\n  {shown}{more}")
         return self
+
+
+def served_and_refused(records: Sequence[Record], negatives: Sequence[Negative]) -> list[tuple[str, str]]:
+    """(negative id, record id) for each negative whose request is a record's (compared as :func:`normalized`)."""
+    served = {normalized(r.request): r.id for r in records}
+    return [(n.id, served[normalized(n.request)]) for n in negatives if normalized(n.request) in served]
 
 
 def validate_records(source: Source, catalog: Catalog | None = None, *, family: str | None = None,

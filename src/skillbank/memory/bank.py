@@ -165,23 +165,31 @@ def _as_records(records, catalog, family: str):
     return v.records, v.negatives
 
 
-def _as_negatives(negatives, family: str) -> list:
+def _as_negatives(negatives, family: str, records: Sequence[Record] = ()) -> list:
     """``learn``'s negatives argument (a ``--negatives`` file, Negative objects or dicts) as Negative objects of
-    ``family``, checked (file and line named)."""
+    ``family``, checked (file and line named); one that repeats the request of one of ``records`` is an error
+    naming both, as ``skillbank validate`` reports it."""
     from skillbank.data.negatives import Negative, read_negatives
+    from skillbank.data.records import served_and_refused
     if negatives is None:
         return []
     if isinstance(negatives, (str, Path)):
-        return read_negatives(negatives, family=family)
-    out = []
-    for i, n in enumerate(negatives, 1):
-        try:
-            neg = n if isinstance(n, Negative) else Negative.from_dict(n)
-        except RecordError as exc:
-            raise RecordError(f"negative {i}: {exc.reason}") from None
-        if neg.family != family:
-            raise RecordError(f"negative {neg.id}: family {neg.family!r}, expected {family!r}")
-        out.append(neg)
+        out = read_negatives(negatives, family=family)
+    else:
+        out = []
+        for i, n in enumerate(negatives, 1):
+            try:
+                neg = n if isinstance(n, Negative) else Negative.from_dict(n)
+            except RecordError as exc:
+                raise RecordError(f"negative {i}: {exc.reason}") from None
+            if neg.family != family:
+                raise RecordError(f"negative {neg.id}: family {neg.family!r}, expected {family!r}")
+            out.append(neg)
+    clashes = served_and_refused(records, out)
+    if clashes:
+        shown = "; ".join(f"negative {n} is the request of record {r}" for n, r in clashes[:10])
+        raise RecordError(f"{shown} (one request cannot be both served and refused)",
+                          negatives if isinstance(negatives, (str, Path)) else None)
     return out
 
 
@@ -428,7 +436,7 @@ class SkillBank:
         if family in self.shard_names:
             raise BankError(f"family {family!r} is already in the bank; shards are write-once - learn it under a new name")
         catalog, records, declared, inline = self._family_inputs(family, records, catalog, skills)
-        negatives = inline + _as_negatives(negatives, family)
+        negatives = inline + _as_negatives(negatives, family, records)
         cfg = train_config or self.default_train_config()
         from skillbank.memory.selectors.embedding import encoder_memo
         with encoder_memo():  # the start's choice, the router and the skill statistics embed the same requests
@@ -886,7 +894,7 @@ class SkillBank:
         heirs = self.check_descendants(family, "relearn", descendants, ("refuse", "keep", "forget"))
         drop = heirs if descendants == "forget" else []
         catalog, records, declared, inline = self._family_inputs(family, records, catalog, skills, replacing=True)
-        negatives = inline + _as_negatives(negatives, family)
+        negatives = inline + _as_negatives(negatives, family, records)
         if not negatives and self.scope is not None:  # none given: the old version's given ones carry over
             negatives = [n for n in self.scope.negatives_.get(family, ()) if n.source == "given"]
         if catalog is not None:
@@ -1031,7 +1039,7 @@ class SkillBank:
             scope.forget(family)
         specs = read_skills_specs(self.root / entry.dir)
         scope.partial_fit([r.request for r in records], family, catalog_text(specs), **fit_inputs(records, family))
-        _fit_family_negatives(scope, family, specs, records, _as_negatives(negatives, family), synthesize)
+        _fit_family_negatives(scope, family, specs, records, _as_negatives(negatives, family, records), synthesize)
         address_rel = f"address/{self._next_index():04d}"
         address.save(self.root / address_rel)
         scope.save(self.root / address_rel)
